@@ -1217,6 +1217,49 @@ def test_the_library_refuses_a_series_it_cannot_run(vit_series, no_work):
         audit_series(str(vit_series / "model"), checkpoints=str(vit_series / "runs" / "ckpt-100"), variants=["random"])
 
 
+def test_a_series_resolves_its_checkpoints_once_and_reads_each_header_once(vit_series, image_dir, capsys, monkeypatch):
+    """A run resolves its checkpoints once (the command line hands the series it checked its outputs against to
+    audit_series) and reads each checkpoint's safetensors header once: for the checks before any work, then kept
+    for the checkpoint's digest and for the read of its tensors."""
+    import sys
+
+    from mhaaudit import feature_files
+    from mhaaudit.series import spec
+
+    monkeypatch.chdir(vit_series)
+    reads: list[str] = []
+    real = feature_files.safetensors_header
+    for module in list(sys.modules.values()):  # wherever the reader was imported into
+        if getattr(module, "__name__", "").startswith("mhaaudit") and vars(module).get("safetensors_header") is real:
+            monkeypatch.setattr(module, "safetensors_header", lambda p: reads.append(os.path.realpath(p)) or real(p))
+    resolved: list[int] = []
+    check = spec._check_local
+    monkeypatch.setattr(spec, "_check_local", lambda refs, base: resolved.append(len(refs)) or check(refs, base))
+    files = [os.path.realpath(vit_series / "runs" / c / "model.safetensors") for c in ("ckpt-100", "ckpt-200")]
+    given = "runs/ckpt-100,runs/ckpt-200"
+    rc, _out, err = run(
+        capsys, "check", "model", "--data", image_dir, *VIT_RUN, "--checkpoints", given, "--format", "json"
+    )
+    assert rc == 0, err
+    assert resolved == [2] and [reads.count(f) for f in files] == [1, 1], reads
+    reads.clear()
+    resolved.clear()
+    audit_series("model", checkpoints=given, data=str(image_dir), limit=40, samples=64, batch_size=16, device="cpu")
+    assert resolved == [2] and [reads.count(f) for f in files] == [1, 1], reads
+
+
+def test_a_resolved_series_is_taken_for_its_own_model_alone(vit_series, vit_dir, monkeypatch, no_work):
+    """``audit_series`` takes the Series ``resolve_series`` gave for the model it audits as it is, checked then;
+    one resolved for another model, or built by hand (checked by no one), is refused before any work."""
+    from mhaaudit.series import Series
+
+    monkeypatch.chdir(vit_series)
+    series = resolve_series("runs/ckpt-100,runs/ckpt-200", None, ModelRequest("model"))
+    for model, given in ((str(vit_dir), series), ("model", Series(series.checkpoints, "local"))):
+        with pytest.raises(InputError, match="a Series is taken as resolve_series gave it for the model audited"):
+            audit_series(model, checkpoints=given, device="cpu")
+
+
 def test_the_library_checks_out_as_the_command_line_does(vit_series, tmp_path, monkeypatch, no_work):
     """``audit_series(out=...)`` is refused before any work where ``--out`` is: inside the model's or a
     checkpoint's folder, a name other than .parquet, or no path at all; nothing is written."""

@@ -48,24 +48,25 @@ def check_series(
     """
     from ..console import shown
     from ..io import refuse_inputs
+    from ..models.file_reads import read_once
     from ..render import print_report
     from ..series import audit_series, plot_series, resolve_series, series_revisions
 
-    revisions = series_revisions(req.model.revision)
-    series = resolve_series(checkpoints, revisions, req.model, [out, plot])  # checked again by the library: cheap
-    refuse_inputs({"--out": out, "--plot": plot}, [model, data, *series.paths])
-    prepare_outputs(out, plot, fmt)
-    result = audit_series(
-        req.model,
-        # the checkpoints found here, in order: a glob's matches less the outputs (--plot as well as --out)
-        checkpoints=[c.name for c in series.checkpoints] if series.source == "local" else checkpoints,
-        data=req.data,
-        settings=req.settings,
-        on_note=lambda m: say(f"Note: {flagged(m)}"),
-        out=out,
-        names=flag,
-        **audited,
-    )
+    with read_once():  # each checkpoint's header: read here, for the checks before any work, and kept for the run
+        revisions = series_revisions(req.model.revision)
+        series = resolve_series(checkpoints, revisions, req.model, [out, plot])
+        refuse_inputs({"--out": out, "--plot": plot}, [model, data, *series.paths])
+        prepare_outputs(out, plot, fmt)
+        result = audit_series(
+            req.model,
+            checkpoints=series,  # resolved once: a glob's matches less the outputs (--plot as well as --out)
+            data=req.data,
+            settings=req.settings,
+            on_note=lambda m: say(f"Note: {flagged(m)}"),
+            out=out,
+            names=flag,
+            **audited,
+        )
     with_flags(result)
     if plot is not None and plot_series(result, plot) is None:
         say(f"Note: no checkpoint could be audited, so no plot was written to {plot}")

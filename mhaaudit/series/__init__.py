@@ -7,6 +7,7 @@ the data once, the trained model built once with each checkpoint's tensors read 
 checkpoint byte-identical to the one before it reported and not audited again.
 
 - :mod:`.spec`: the series read and checked before any work; each checkpoint's name, step, order;
+- :mod:`.plan`: what a run audits, its checkpoints resolved once;
 - :mod:`.identity`: the digest of the tensors an audit reads;
 - :mod:`.run`: :func:`audit_series`, the run (its seeds, its ranks under torchrun, its results file);
 - :mod:`.result`: :class:`SeriesResult`, its records, the trend and the changes;

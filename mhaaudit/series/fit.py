@@ -27,11 +27,10 @@ import math
 import os
 
 from ..errors import InputError, MhaauditError, ModelError, Param, one_line
-from ..feature_files import safetensors_header
 from ..files import read_json
 from ..hub import is_offline
 from ..models import resolve
-from ..models.checkpoints import first_misfit, state_shapes
+from ..models.checkpoints import checkpoint_header, first_misfit, state_shapes
 from ..models.hf_config import config_difference, repository_code
 from ..models.hf_weights import alias_fit, config_shapes
 from ..models.shards import hub_download
@@ -80,7 +79,8 @@ DTYPE_BITS = {
 def header_shapes(name: str, path: str) -> dict[str, tuple[int, ...]]:
     """The names and shapes of the tensors of the safetensors file ``path`` of the checkpoint ``name``,
     from its header alone, each tensor's entry checked: a dtype of :data:`DTYPE_BITS`, a shape of sizes
-    (whole numbers of at least 0) and data offsets that span exactly its shape times its dtype's width.
+    (whole numbers of at least 0) and data offsets that span exactly its shape times its dtype's width. Read once
+    within ``models.file_reads.read_once``: a series' run reads each header once, for this and its later reads.
 
     Raises:
         InputError: when the header cannot be read, is not a safetensors header, or an entry is malformed.
@@ -90,7 +90,7 @@ def header_shapes(name: str, path: str) -> dict[str, tuple[int, ...]]:
         return Param("checkpoints") + f" {name}: cannot read {_base(path)} ({why})"
 
     try:
-        header = safetensors_header(path)
+        header = checkpoint_header(path)
     except (ValueError, TypeError, AttributeError) as exc:
         raise InputError(refuse(one_line(exc, 160))) from exc
     shapes = {}
@@ -105,7 +105,7 @@ def header_shapes(name: str, path: str) -> dict[str, tuple[int, ...]]:
             raise InputError(refuse(f"{tensor} has shape {str(shape)[:40]}, not a list of sizes"))
         if any(s < 0 for s in shape):
             raise InputError(refuse(f"{tensor} has shape {shape}, with a negative size"))
-        begin, end = entry["data_offsets"]  # present and inside the file: safetensors_header checked them
+        begin, end = entry["data_offsets"]  # present and inside the file: checkpoint_header checked them
         want = math.ceil(math.prod(shape) * DTYPE_BITS[dtype] / 8)
         if end - begin != want:
             span = end - begin

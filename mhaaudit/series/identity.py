@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..errors import ModelError, one_line
-from ..feature_files import safetensors_header
+from ..models.checkpoints import checkpoint_header
 from ..models.shards import Checkpoint
 
 __all__ = ["Digest", "file_digest", "tensor_digest"]
@@ -44,7 +44,7 @@ class Digest:
 def tensor_digest(checkpoint: Checkpoint, keys: Mapping[str, str]) -> Digest:
     """The :class:`Digest` of the tensors ``keys`` names (parameter name -> the checkpoint's tensor
     name, as :meth:`~mhaaudit.models.shards.Checkpoint.keys_for` gives them) in ``checkpoint``,
-    read from the files' headers and bytes.
+    read from the files' headers (those read before, within ``models.file_reads.read_once``) and bytes.
 
     Raises:
         ModelError: when a file cannot be read, its header is not a safetensors header, or it does not hold a
@@ -58,7 +58,7 @@ def tensor_digest(checkpoint: Checkpoint, keys: Mapping[str, str]) -> Digest:
     for fn in sorted(by_file):
         path = checkpoint.fetch(fn)
         try:
-            header = safetensors_header(path)
+            header = checkpoint_header(path)
             with open(path, "rb") as fh:
                 start = 8 + int.from_bytes(fh.read(8), "little")
                 for key in by_file[fn]:

@@ -41,17 +41,16 @@ import json
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from .. import distributed, pipeline, validate
-from ..auditing import AuditResult, Columns, audit, plan_probes
+from ..auditing import AuditResult, Columns, audit
 from ..distributed import shared
 from ..documents import RESULT_KEY
 from ..errors import InputError, Message, Param, one_line, with_names
 from ..io import check_results_out, write_parquet
-from ..models import modality_of
+from ..models.file_reads import read_once
 from ..progress import log
 from ..provenance import stamp
 from ..request import DataRequest, ModelRequest, build_requests
@@ -59,8 +58,9 @@ from ..seeds import SeedPlan, SeedRun, plan_for
 from ..settings import Settings
 from ..tables import table_rows
 from .identity import Digest
+from .plan import _Plan, _plan
 from .result import CheckpointRun, SeriesResult, SeriesRun, StoredContradiction
-from .spec import CheckpointRef, Series, resolve_series, series_revisions
+from .spec import CheckpointRef, Series
 from .trained import _Trained, checkpoint_columns, random_source
 
 __all__ = ["audit_series"]
@@ -70,7 +70,7 @@ __all__ = ["audit_series"]
 def audit_series(
     model: str | ModelRequest,
     *,
-    checkpoints: str | Sequence[str] | None = None,
+    checkpoints: str | Sequence[str] | Series | None = None,
     variants: Sequence[str] | None = None,
     layer: int | None = None,
     layers: Sequence[int] | str | None = None,
@@ -115,7 +115,7 @@ def audit_series(
 
     Args:
         model: the model the checkpoints are of, or a :class:`~mhaaudit.request.ModelRequest`.
-        checkpoints: a comma list or sequence of local folders, weights files or globs (``"runs/ckpt-*"``).
+        checkpoints: a comma list or sequence of folders, weights files or globs, or a Series resolve_series gave.
         variants: the columns, as :func:`mhaaudit.audit` takes them (a sequence or a comma list).
         layer: the depth of the image ``random`` and ``trained`` columns (default 1).
         layers: audit random and trained weights at each of these depths instead (integers, or ``"0,1"``, ``"0-6"``).
@@ -159,8 +159,8 @@ def audit_series(
             not a path ending in ``.parquet``, no trained
             column, or a bad series: neither ``checkpoints`` nor a list of revisions, a glob that matches nothing
             or whose step numbers are ambiguous, a checkpoint missing, unreadable, named twice or of another
-            family, width or architecture than the first, a revision that does not exist; or an ``out`` file that
-            holds other results.
+            family, width or architecture than the first, a revision that does not exist, a Series resolve_series did
+            not give for this model; or an ``out`` file that holds other results.
         ModelError: when the model cannot be built or probed, a checkpoint cannot be read or does not fit, or a
             checkpoint folder holds a link or an index leading out of it.
         DataError: when the data cannot be read or gives fewer than n usable examples.
@@ -194,110 +194,31 @@ def audit_series(
         weights_seed=weights_seed,
         data_seed=data_seed,
     )
-    req = build_requests(model, data, settings, keywords)
-    columns = Columns(variants, layer, layers, validate.flag(Param("sweep"), sweep))
-    plan = _plan(req.model, req.data, checkpoints, columns, out)
-    if out is not None:  # the command line's checks of --out (where it is written: rank 0 alone)
-        inputs = [req.model.model, req.data.data, *plan.series.paths]
-        out = check_results_out(out, Message(Param("out")), inputs, writer=distributed.lockstep().rank == 0)
-    seed_plan = plan_for(req.settings, seeds, vary)
-    store = _Store(out, _key(plan, req.settings, seed_plan), seed_plan, names)
-    t0 = time.perf_counter()
-    for seed_run in [None] if seed_plan is None else seed_plan.runs():
-        _series_run(plan, req.settings, seed_run, store, on_note)
-    result = _result(plan, seed_plan, store.finished, store.key, complete=True, extra=store.notes)
-    spent = [c.timings for r in store.finished for c in r.checkpoints]
-    result.timings.update({k: round(v, 3) for k, v in store.timings.items()})
-    for phase in ("read", "audit"):
-        result.timings[f"checkpoints {phase}"] = round(sum(t.get(phase, 0.0) for t in spent), 3)
-    result.timings["total"] = round(time.perf_counter() - t0, 3)
-    result.meta_["timings_s"] = dict(result.timings)
-    if store.path is not None and distributed.lockstep().rank == 0:
-        store.save(result)
-    return result
+    with read_once():  # a checkpoint's header: read for its checks before any work, then for its digest and read
+        req = build_requests(model, data, settings, keywords)
+        columns = Columns(variants, layer, layers, validate.flag(Param("sweep"), sweep))
+        plan = _plan(req.model, req.data, checkpoints, columns, out)
+        if out is not None:  # the command line's checks of --out (where it is written: rank 0 alone)
+            inputs = [req.model.model, req.data.data, *plan.series.paths]
+            out = check_results_out(out, Message(Param("out")), inputs, writer=distributed.lockstep().rank == 0)
+        seed_plan = plan_for(req.settings, seeds, vary)
+        store = _Store(out, _key(plan, req.settings, seed_plan), seed_plan, names)
+        t0 = time.perf_counter()
+        for seed_run in [None] if seed_plan is None else seed_plan.runs():
+            _series_run(plan, req.settings, seed_run, store, on_note)
+        result = _result(plan, seed_plan, store.finished, store.key, complete=True, extra=store.notes)
+        spent = [c.timings for r in store.finished for c in r.checkpoints]
+        result.timings.update({k: round(v, 3) for k, v in store.timings.items()})
+        for phase in ("read", "audit"):
+            result.timings[f"checkpoints {phase}"] = round(sum(t.get(phase, 0.0) for t in spent), 3)
+        result.timings["total"] = round(time.perf_counter() - t0, 3)
+        result.meta_["timings_s"] = dict(result.timings)
+        if store.path is not None and distributed.lockstep().rank == 0:
+            store.save(result)
+        return result
 
 
-# --------------------------------------------------------------------------- the plan
-
-
-@dataclass(frozen=True)
-class _Plan:
-    """What a series audits: the model (without trained weights), the data, the checkpoints, the
-    reference and trained columns (as :func:`mhaaudit.audit` names them, in the table's order), and the
-    depth the trained model is built to."""
-
-    base: ModelRequest
-    data: DataRequest
-    series: Series
-    columns: Columns
-    reference: tuple[str, ...]
-    trained: tuple[str, ...]
-    order: tuple[str, ...]
-    max_layer: int
-
-    def audit_keywords(self, variants: tuple[str, ...]) -> dict[str, Any]:
-        """The keywords of :func:`mhaaudit.audit` that audit ``variants``: ``layer`` only where it applies."""
-        depth = self.columns.layers is not None or any(v in ("random", "trained") for v in variants)
-        return {
-            "variants": list(variants),
-            "layer": self.columns.layer if depth and self.columns.layers is None else None,
-            "layers": self.columns.layers,
-            "sweep": self.columns.sweep,
-        }
-
-    def reference_request(self) -> ModelRequest:
-        """The request a single run's reference columns are built from (the first revision's config for a
-        series of revisions; the model's own otherwise)."""
-        return self.series.checkpoints[0].request(self.base) if self.series.source == "hub" else self.base
-
-
-def _plan(request: ModelRequest, data: DataRequest, checkpoints, columns: Columns, out=None) -> _Plan:
-    """The plan of a series, checked before any work (a glob of ``checkpoints`` leaves out ``out``).
-
-    Raises:
-        InputError: for ``weights`` beside a series, a bad series, an unknown column or none trained.
-    """
-    if request.weights_path is not None:
-        raise InputError(
-            Param("weights") + " has no effect with a series: each checkpoint gives the trained weights; name the "
-            "weights in " + Param("checkpoints")
-        )
-    revisions = series_revisions(request.revision)
-    base = replace(request, revision=None) if revisions else request
-    if revisions is None and request.revision is not None and checkpoints is not None:
-        raise InputError(
-            Param("revision")
-            + " names a commit of a hub model, "
-            + Param("checkpoints")
-            + " local checkpoints: give one of them "
-            "(a series of hub revisions is a comma list of revisions)"
-        )
-    series = resolve_series(checkpoints, revisions, base, [out] if isinstance(out, (str, os.PathLike)) else [])
-    first = series.checkpoints[0].request(base)
-    probes = plan_probes(
-        modality_of(first.model, backend=first.backend, weights_path=first.weights_path),
-        columns.variants,
-        columns.layers,
-        columns.layer,
-    )
-    trained = [p for p in probes if p.init == "trained"]
-    if not trained:
-        raise InputError("a series audits the trained columns of each checkpoint: add trained to " + Param("variants"))
-    depth = columns.layers is not None or any(p.variant.endswith(f"-L{p.layer}") for p in probes)
-
-    def asked(p) -> str:
-        return p.init if depth else p.variant
-
-    return _Plan(
-        base=base,
-        data=data,
-        series=series,
-        columns=columns,
-        reference=tuple(dict.fromkeys(asked(p) for p in probes if p.init != "trained")),
-        trained=tuple(dict.fromkeys(asked(p) for p in trained)),
-        order=tuple(p.variant for p in probes),
-        max_layer=max(1, max(p.layer for p in trained)),
-    )
+# --------------------------------------------------------------------------- what the results depend on
 
 
 def _key(plan: _Plan, settings: Settings, seeds: SeedPlan | None) -> dict:

@@ -33,7 +33,7 @@ import hashlib
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from .. import validate
 from ..errors import InputError, ModelError, OfflineError, Param, one_line
@@ -103,10 +103,12 @@ class CheckpointRef:
 
 @dataclass(frozen=True)
 class Series:
-    """The checkpoints of a series, in order, and where they come from (``local`` or ``hub``)."""
+    """The checkpoints of a series, in order, where they come from (``local`` or ``hub``), and the ``model`` request
+    they were checked against (:func:`resolve_series`; None: a series built by hand, which no one checked)."""
 
     checkpoints: tuple[CheckpointRef, ...]
     source: str  # local | hub
+    model: ModelRequest | None = field(default=None, compare=False)
 
     @property
     def paths(self) -> list[str]:
@@ -183,14 +185,14 @@ def resolve_series(checkpoints, revisions: Sequence[str] | None, base: ModelRequ
             + " a list of hub revisions: give one of them"
         )
     if revisions:
-        return Series(tuple(_hub_refs(revisions, base)), "hub")
+        return Series(tuple(_hub_refs(revisions, base)), "hub", base)
     if checkpoints is None:
         raise InputError(
             "a series needs " + Param("checkpoints") + " (folders, files or a glob) or a comma list of revisions"
         )
     refs = _local_refs(checkpoints, [o for o in outputs if o is not None])
     _check_local(refs, base)
-    return Series(tuple(refs), "local")
+    return Series(tuple(refs), "local", base)
 
 
 # --------------------------------------------------------------------------- local checkpoints

@@ -34,8 +34,8 @@ from .identity import Digest, file_digest, tensor_digest
 from .spec import DATA_FILES, CheckpointRef, data_files, file_sha256
 
 if TYPE_CHECKING:
+    from .plan import _Plan
     from .result import CheckpointRun, SeriesRun
-    from .run import _Plan
 
 
 class _Trained:
