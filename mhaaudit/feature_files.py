@@ -481,8 +481,7 @@ def refuse_unless_fits(p: Path, need: int, why: str, hint: str = MAPPED_HINT) ->
 def refuse_if_sparse(p: Path, need: int, what: str) -> None:
     """Check, before ``p`` is memory-mapped, that it stores the ``need`` bytes of ``what`` it declares, else that
     they fit the memory available: a sparse file (lengthened by truncate) stores a sixteenth of its size or less
-    on disk, the rest holes read as zeros, so its map is no file's data but as many zeros as every pass then streams
-    (a compressing file system stores real values in more: float data does not shrink sixteenfold).
+    on disk (real values, compressed, store more), its holes read as zeros that every pass would stream.
 
     Raises:
         InputError: when ``p`` is sparse and ``need`` is larger than the memory available.
