@@ -658,6 +658,78 @@ def test_a_results_file_that_contradicts_itself_is_refused(vit_series, image_dir
         assert_one_error(rc, err, wrong)
 
 
+def _edit_row(path, edit) -> None:
+    """Rewrite the results file ``path`` with ``edit`` applied to its rows (a list of dicts), its schema and
+    metadata kept."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    rows = table.to_pylist()
+    edit(rows)
+    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), path)
+
+
+def test_a_results_file_whose_rows_were_edited_is_refused(vit_series, image_dir, capsys, monkeypatch, tmp_path):
+    """A resume reads the stored result from the file's metadata and writes the rows again from it: a row edited
+    by hand (a verdict and its fraction changed together, which no stored record contradicts), of a series
+    complete or interrupted, is refused in one line naming the file, the row and the cell; the file is left as it
+    was. A file whose rows are those it was written with resumes, NaN cells and all."""
+    monkeypatch.chdir(vit_series)
+    out = tmp_path / "series.parquet"
+    args = ("check", "model", "--data", image_dir, *VIT_RUN, "--variants", "random,trained")
+    args += ("--checkpoints", "runs/ckpt-100,runs/ckpt-200", "--out", out, "--format", "json")
+    rc, _, err = run(capsys, *args)
+    assert rc == 0, err
+    written = SeriesResult.from_parquet(out).records()
+    assert any(v != v for r in written for v in r.values() if isinstance(v, float))  # NaN cells: each equal to itself
+    rc, again, err = run(capsys, *args)  # as written: resumed
+    assert rc == 0, err
+    assert all(c["resumed"] for c in json.loads(again)["meta"]["series"]["checkpoints"])
+
+    edited = []
+
+    def flipped(rows):
+        (i,) = [
+            i for i, r in enumerate(rows) if r["checkpoint"] == "runs/ckpt-200" and r["check"] == "general_position"
+        ]
+        assert rows[i]["verdict"] == "holds" and rows[i]["fraction"] == 1.0
+        rows[i].update(verdict="fails", fraction=0.5)
+        edited.append(i)
+
+    audited = []
+    real_audit = series_run._Trained.audit
+    monkeypatch.setattr(
+        series_run._Trained, "audit", lambda self, ref, *a: audited.append(ref.name) or real_audit(self, ref, *a)
+    )
+    _edit_row(out, flipped)
+    before = out.read_bytes()
+    SeriesResult.from_parquet(out)  # its metadata alone says nothing wrong
+    rc, text, err = run(capsys, *args)
+    assert text == "" and out.read_bytes() == before and audited == []
+    line = assert_one_error(rc, err, f"--out {out} holds a row unlike the result its metadata stores (row ")
+    cell = f"row {edited[0]}, checkpoint runs/ckpt-200, variant trained, layer 1, check general_position: fraction"
+    assert f"({cell} is 0.5 where the stored result gives 1.0): no run writes that (the file was edited" in line
+    out.unlink()  # an interrupted series alike: stopped after its first checkpoint, a row of it dropped
+    audited.clear()
+
+    def stopping(self, ref, *a):
+        if audited:
+            raise KeyboardInterrupt
+        audited.append(ref.name)
+        return real_audit(self, ref, *a)
+
+    monkeypatch.setattr(series_run._Trained, "audit", stopping)
+    rc, _, err = run(capsys, *args)
+    assert rc == 130 and not SeriesResult.from_parquet(out).complete, err
+    held = len(SeriesResult.from_parquet(out).records())
+    _edit_row(out, lambda rows: rows.pop())
+    before = out.read_bytes()
+    rc, text, err = run(capsys, *args)
+    assert text == "" and out.read_bytes() == before and audited == ["runs/ckpt-100"]
+    assert_one_error(rc, err, f"--out {out} holds {held - 1} rows where the result its metadata stores gives {held}")
+
+
 def test_a_rerun_resumes_with_its_outputs_in_the_glob_s_folder(vit_series, image_dir, capsys, monkeypatch, tmp_path):
     """``--checkpoints 'rr/*' --out rr/audit.parquet --plot rr/trend.png``: the rerun that resumes (or repeats)
     the run finds the same checkpoints, its own outputs left out of the glob's matches."""

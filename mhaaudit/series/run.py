@@ -61,6 +61,7 @@ from .identity import Digest
 from .plan import _Plan, _plan
 from .result import CheckpointRun, SeriesResult, SeriesRun, StoredContradiction
 from .spec import CheckpointRef, Series
+from .stored_rows import rows_unlike_result
 from .trained import _Trained, checkpoint_columns, random_source
 
 __all__ = ["audit_series"]
@@ -160,7 +161,7 @@ def audit_series(
             column, or a bad series: neither ``checkpoints`` nor a list of revisions, a glob that matches nothing
             or whose step numbers are ambiguous, a checkpoint missing, unreadable, named twice or of another
             family, width or architecture than the first, a revision that does not exist, a Series resolve_series did
-            not give for this model; or an ``out`` file that holds other results.
+            not give for this model; or an ``out`` file that holds other results, or rows unlike its stored result's.
         ModelError: when the model cannot be built or probed, a checkpoint cannot be read or does not fit, or a
             checkpoint folder holds a link or an index leading out of it.
         DataError: when the data cannot be read or gives fewer than n usable examples.
@@ -459,8 +460,9 @@ class _Store:
         """The series an existing results file holds.
 
         Raises:
-            InputError: when it is not the results file of a series, holds a run of other settings, or a stored test
-                record that contradicts itself (:meth:`SeriesResult.contradiction`).
+            InputError: when it is not the results file of a series, holds a run of other settings, a stored test
+                record that contradicts itself (:meth:`SeriesResult.contradiction`), or rows other than those its
+                stored result gives (:func:`.stored_rows.rows_unlike_result`: a row edited by hand).
         """
         try:
             stored = SeriesResult.from_parquet(path)
@@ -479,6 +481,12 @@ class _Store:
             raise InputError(
                 Param("out")
                 + f" {path} holds a series run with other settings (model, data, columns, seeds or draws); "
+                "move it away or pick another " + Param("out")
+            )
+        unlike = rows_unlike_result(path, stored, self.names)  # a resume writes the rows again from the metadata
+        if unlike is not None:
+            raise InputError(
+                Param("out") + f" {path} holds {unlike}: no run writes that (the file was edited or damaged); "
                 "move it away or pick another " + Param("out")
             )
         return stored
