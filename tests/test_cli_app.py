@@ -108,6 +108,19 @@ def test_long_choices_are_listed_in_the_help(capsys):
     assert "<table|json|parquet>" in text  # a short list stays the type
 
 
+def test_a_short_list_of_choices_reads_the_same_from_every_typer_release():
+    """Before 0.27, Typer hands click a plain choice, which click shows as ``[table|json]``: the help
+    still shows it as every other value type, ``<table|json>``."""
+    import click
+
+    from mhaaudit.cli.app import Command
+
+    command = Command("c", params=[click.Option(["--format"], type=click.Choice(["table", "json"]))])
+    ctx = click.Context(command)
+    shown = [p.make_metavar(ctx) for p in command.get_params(ctx) if p.name == "format"]
+    assert shown == ["<table|json>"]
+
+
 def test_no_command_prints_help_on_stderr(capsys):
     rc, out, err = run(capsys)
     assert rc == 2 and out == "" and "Usage" in err

@@ -289,6 +289,10 @@ class _StandardHelp:
                 # name the value, and list the choices in the help text, which wraps between words.
                 p.metavar = f"<{p.name.replace('_', '-')}>"
                 p.help = f"{(p.help or '').rstrip()} One of: {', '.join(_choices(p))}."
+            elif _choices(p):
+                # Typer before 0.27 shows a choice as click does (``[table|json]``): the same brackets as
+                # every other value type, from any release.
+                p.metavar = f"<{'|'.join(_choices(p))}>"
             elif getattr(p, "multiple", False) and hasattr(p, "display_type"):
                 shown = re.fullmatch(r"<list\[(.+)\]>", str(p.display_type(ctx)))
                 if shown:
