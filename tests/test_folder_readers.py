@@ -269,6 +269,27 @@ def _npz(nbytes: int) -> bytes:
     return out.getvalue()
 
 
+def test_a_webdataset_reader_that_decompresses_through_file_systems_is_counted_as_decompressing(monkeypatch):
+    """datasets up to 5.0 decompresses a ``.gz`` (``.bz2``, ``.xz``...) member through its compression file systems,
+    named in the reader's module, not by the table of decompressors that later releases keep: the sizing counts the
+    member decompressed there too, and a reader that names neither decompresses nothing."""
+    import bz2
+
+    from datasets import filesystems
+    from datasets.packaged_modules.webdataset import webdataset as reader
+
+    from mhaaudit.sources import shard_checks
+
+    monkeypatch.delattr(filesystems, "EXTENSION_TO_COMPRESSION_FS_FILE_CLS", raising=False)
+    table = {"gz": "gzip", "bz2": "bz2"}  # the reader module's suffixes and their file systems' protocols
+    monkeypatch.setattr(reader, "SINGLE_FILE_COMPRESSION_EXTENSION_TO_PROTOCOL", table, raising=False)
+    found = shard_checks._member_decompressors()
+    assert found[".gz"](io.BytesIO(gzip.compress(b"abc")), mode="rb").read() == b"abc"
+    assert found[".bz2"](io.BytesIO(bz2.compress(b"abc")), mode="rb").read() == b"abc"
+    monkeypatch.delattr(reader, "SINGLE_FILE_COMPRESSION_EXTENSION_TO_PROTOCOL")
+    assert shard_checks._member_decompressors() == {}
+
+
 def test_a_webdatasets_decoded_members_are_counted_as_they_decode(small_memory, unread, monkeypatch, tmp_path):
     """The webdataset reader decodes a member by its extension, and its value can take far more than its bytes: a
     deflated ``.npz`` of 4 MB of arrays (a few KB; in a zip shard, a gzip-compressed tar, a ``.gz`` member too), a

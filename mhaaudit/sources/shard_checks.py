@@ -413,9 +413,22 @@ def _member_decompressors() -> dict[str, Any]:
     """The member name suffixes the reader decompresses a member by (``.gz``...), and their decompressors."""
     try:
         from datasets.filesystems import EXTENSION_TO_COMPRESSION_FS_FILE_CLS
-    except ImportError:  # a datasets version that decompresses no member
+    except ImportError:
+        pass
+    else:
+        return dict(EXTENSION_TO_COMPRESSION_FS_FILE_CLS)
+    # Older releases (5.0 among them) decompress a member by the same suffixes through the library's compression
+    # file systems, where the reader's module names their table of suffixes; one without it decompresses no member.
+    try:
+        from datasets.packaged_modules.webdataset import webdataset as reader
+    except ImportError:  # a datasets version without a webdataset reader
         return {}
-    return dict(EXTENSION_TO_COMPRESSION_FS_FILE_CLS)
+    protocols = getattr(reader, "SINGLE_FILE_COMPRESSION_EXTENSION_TO_PROTOCOL", {})  # gz: gzip
+    from datasets.filesystems import COMPRESSION_FILESYSTEMS
+    from fsspec.compression import compr
+
+    compressions = {fs.protocol: fs.compression for fs in COMPRESSION_FILESYSTEMS}
+    return {f".{ext}": compr[compressions[p]] for ext, p in protocols.items() if compressions.get(p) in compr}
 
 
 def _suffix(name: str) -> str:
