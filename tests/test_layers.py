@@ -138,7 +138,7 @@ DEFERRED = {
     "mhaaudit.sources.folder_checks": {"datasets", "fsspec"},
     "mhaaudit.sources.images": {"datasets"},
     "mhaaudit.sources.mosaics": {"PIL"},
-    "mhaaudit.sources.shard_checks": {"datasets"},
+    "mhaaudit.sources.shard_checks": {"datasets", "fsspec"},
     "mhaaudit.sources.tokenizers": {"transformers"},
     "mhaaudit.tables": {"pyarrow"},
 }

@@ -425,7 +425,7 @@ def _member_decompressors() -> dict[str, Any]:
         return {}
     protocols = getattr(reader, "SINGLE_FILE_COMPRESSION_EXTENSION_TO_PROTOCOL", {})  # gz: gzip
     from datasets.filesystems import COMPRESSION_FILESYSTEMS
-    from fsspec.compression import compr
+    from fsspec.compression import compr  # what those releases decompress with (the datasets library imports fsspec)
 
     compressions = {fs.protocol: fs.compression for fs in COMPRESSION_FILESYSTEMS}
     return {f".{ext}": compr[compressions[p]] for ext, p in protocols.items() if compressions.get(p) in compr}
