@@ -8,7 +8,6 @@ from typing import Annotated
 
 import typer
 
-from .. import validate
 from ..defaults import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_DEVICE,
@@ -20,7 +19,7 @@ from ..defaults import (
     DEFAULT_THRESHOLD,
     KRUSKAL_VECTORS,
 )
-from ..errors import Message, Param
+from ..errors import Message
 from .given import refuse_data_options, refuse_unused, renamed
 from .library import run_settings, value_of
 from .names import flagged
@@ -68,11 +67,9 @@ def kruskal(
         ),
     ] = None,
     k: Annotated[
-        list[str] | None,  # read as every integer is (_sizes): typer 0.12 keeps one value of a list with a parser
-        typer.Option(
-            "--k",
-            metavar="<int>",
-            help="Candidate size (repeatable). Default: n and min(T, d) when n is known, else --sweep.",
+        list[int] | None,
+        integer_option(
+            "--k", help="Candidate size (repeatable). Default: n and min(T, d) when n is known, else --sweep."
         ),
     ] = None,
     sweep: Annotated[
@@ -219,7 +216,7 @@ def kruskal(
     request = kruskal_request(
         features,
         sweep=sweep or plot is not None,
-        k=_sizes(k),
+        k=k,
         n=n,
         vectors=value_of(vectors),
         key=key,
@@ -268,15 +265,6 @@ def kruskal(
         )
         _plot_sweep(result, plot, label)
     emit_result(fmt, result, out, lambda: render_kruskal(result), clock=clock)
-
-
-def _sizes(k: list[str] | None) -> list[int] | None:
-    """``--k``'s values as integers, read as every integer is (``validate.integer``; ``20.0`` refused).
-
-    Raises:
-        InputError: when a value is not a positive integer.
-    """
-    return None if k is None else [validate.integer(Param("k"), v) for v in k]
 
 
 def _note(line: str, progress: bool, fmt: Format) -> None:
