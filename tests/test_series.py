@@ -939,6 +939,32 @@ def test_capacity_reads_the_random_columns_of_a_series_of_revisions_for_each_rev
     assert len(notes) == 1 and "at revision step100" in notes[0], notes
 
 
+def test_a_revision_whose_config_builds_in_another_dtype_draws_other_random_weights():
+    """transformers builds a config's model in the dtype the config writes (``dtype``, or the older ``torch_dtype``;
+    float32 when it writes none), so the random weights drawn from a revision saved in bfloat16 are not those drawn
+    from the first revision's float32 config: such a revision's random columns are not the reference's."""
+    from transformers import AutoConfig, AutoModel
+
+    from mhaaudit.models.hf_config import draws_alike
+    from mhaaudit.models.hf_weights import find_blocks
+    from mhaaudit.models.random_init import build_random, reinit_hf
+
+    first = {"model_type": "gpt2", "n_embd": 16, "n_head": 2, "n_layer": 1, "vocab_size": 40, "torch_dtype": "float32"}
+    assert draws_alike(first, first | {"dtype": "float32"})
+    assert draws_alike(first, {k: v for k, v in first.items() if k != "torch_dtype"})  # none written: float32
+    for other in (first | {"torch_dtype": "bfloat16"}, first | {"dtype": "float16"}):
+        assert not draws_alike(first, other) and not draws_alike(other, first)
+
+    def drawn(config: dict) -> torch.Tensor:
+        kw = {k: v for k, v in config.items() if k != "model_type"}
+        cfg = AutoConfig.for_model(config["model_type"], **kw)
+        module = build_random(lambda: AutoModel.from_config(cfg), lambda m: reinit_hf(m, find_blocks(m), 0, 1), 0)
+        return next(p for n, p in module.named_parameters() if "attn.c_attn.weight" in n).detach().float()
+
+    assert torch.equal(drawn(first), drawn(first | {"dtype": "float32"}))
+    assert not torch.equal(drawn(first), drawn(first | {"torch_dtype": "bfloat16"}))
+
+
 def test_a_revision_missing_or_without_cached_weights_is_refused_before_any_work(
     gpt_series, tmp_path, monkeypatch, capsys
 ):

@@ -297,12 +297,21 @@ def computes(key: str) -> bool:
 
 def draws_alike(a: dict, b: dict) -> bool:
     """Whether two configs draw the same random weights for the probed blocks to compute alike: equal in each key
-    that can change what they compute (:func:`computes`) and in the initialisation's scale. A config asking for
-    code of its own (``auto_map``) never is: that code is read with the config, and may differ where it does not."""
-    if "auto_map" in a or "auto_map" in b:
+    that can change what they compute (:func:`computes`), in the initialisation's scale and in the dtype the model
+    is built in (:func:`_built_dtype`: weights drawn in bfloat16 are other values). A config asking for code of its
+    own (``auto_map``) never is: that code is read with the config, and may differ where it does not."""
+    if "auto_map" in a or "auto_map" in b or _built_dtype(a) != _built_dtype(b):
         return False
     keys = {k for k in set(a) | set(b) if computes(k) or k in _INIT_SCALE}
     return all(a.get(k) == b.get(k) or canonical(a.get(k)) == canonical(b.get(k)) for k in keys)
+
+
+def _built_dtype(config: dict) -> str:
+    """The dtype transformers builds a config's model in: the one it writes (``dtype``, or the older
+    ``torch_dtype``), float32 when it writes none. A save writes it for itself (:data:`VOLATILE_CONFIG`), but the
+    random weights drawn from the config are drawn in it."""
+    written = config.get("dtype") or config.get("torch_dtype") or "float32"
+    return str(written).removeprefix("torch.")
 
 
 def canonical(value) -> str:
