@@ -728,6 +728,22 @@ def test_a_results_file_whose_rows_were_edited_is_refused(vit_series, image_dir,
     rc, text, err = run(capsys, *args)
     assert text == "" and out.read_bytes() == before and audited == ["runs/ckpt-100"]
     assert_one_error(rc, err, f"--out {out} holds {held - 1} rows where the result its metadata stores gives {held}")
+    _edit_meta(out, version="0.0.1")  # the same file as another release's: named as such, not as edited
+    rc, text, err = run(capsys, *args)
+    assert text == "" and audited == ["runs/ckpt-100"]
+    line = assert_one_error(rc, err, f"--out {out} was written by mhaaudit 0.0.1 and holds {held - 1} rows where ")
+    assert "which this release (" in line and "edited" not in line
+
+
+def _edit_meta(path, **values) -> None:
+    """Rewrite the results file ``path`` with ``values`` set in its mhaaudit metadata, its rows kept."""
+    import pyarrow.parquet as pq
+
+    from mhaaudit.documents import METADATA_KEY
+
+    table = pq.read_table(path)
+    meta = json.loads(table.schema.metadata[METADATA_KEY]) | values
+    pq.write_table(table.replace_schema_metadata({METADATA_KEY: json.dumps(meta)}), path)
 
 
 def test_a_rerun_resumes_with_its_outputs_in_the_glob_s_folder(vit_series, image_dir, capsys, monkeypatch, tmp_path):

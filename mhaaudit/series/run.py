@@ -45,11 +45,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from .. import distributed, pipeline, validate
+from .._version import __version__
 from ..auditing import AuditResult, Columns, audit
 from ..distributed import shared
 from ..documents import RESULT_KEY
-from ..errors import InputError, Message, Param, one_line, with_names
-from ..io import check_results_out, write_parquet
+from ..errors import InputError, Message, Param, clipped, one_line, with_names
+from ..io import check_results_out, read_parquet_metadata, write_parquet
 from ..models.file_reads import read_once
 from ..progress import log
 from ..provenance import stamp
@@ -484,6 +485,12 @@ class _Store:
                 "move it away or pick another " + Param("out")
             )
         unlike = rows_unlike_result(path, stored, self.names)  # a resume writes the rows again from the metadata
+        written_by = read_parquet_metadata(path).get("version")  # (read whole by from_parquet above)
+        if unlike is not None and written_by != __version__:  # another release may write other rows
+            raise InputError(
+                Param("out") + f" {path} was written by mhaaudit {clipped(str(written_by), 40)} and holds {unlike}, "
+                f"which this release ({__version__}) cannot resume; move it away or pick another " + Param("out")
+            )
         if unlike is not None:
             raise InputError(
                 Param("out") + f" {path} holds {unlike}: no run writes that (the file was edited or damaged); "
