@@ -1116,3 +1116,19 @@ def test_every_ending_is_one_line(request, tmp_path, case, args, how, status, ma
 
 def test_every_ending_has_its_own_id():
     assert len({c[0] for c in ENDINGS + FULL_DISK}) == len(ENDINGS) + len(FULL_DISK)
+
+
+def test_a_model_folder_whose_name_is_not_utf8_is_written_to_parquet(capsys, vit_dir, image_dir, tmp_path):
+    """A folder name may hold bytes that are not UTF-8 (Python holds them as lone surrogates), which parquet's
+    strings cannot hold: the results are written with each such byte as its escape, as a message shows it, where
+    the writer stopped with exit 3."""
+    model = tmp_path / os.fsdecode(b"odd\xff")
+    shutil.copytree(vit_dir, model)
+    out = tmp_path / "one.parquet"
+    args = ("check", str(model), "--data", str(image_dir), "--limit", "20", "--samples", "50", "--variants", "random")
+    rc, _, err = run(capsys, *args, "--out", str(out), *JSON)
+    assert rc == 0, err
+    import pyarrow.parquet as pq
+
+    models = set(pq.read_table(out).column("model").to_pylist())
+    assert models == {str(tmp_path) + "/odd\\xff"}, models
