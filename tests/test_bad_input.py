@@ -267,6 +267,9 @@ CASES = [
     ("memorize-classes-regression", "memorize --sizes 16 --task regression --classes 5", "--classes has no effect"),
     ("memorize-tolerance-classification", "memorize --sizes 16 --tolerance 0.1", "--tolerance has no effect"),
     ("memorize-vary-and-heads", "memorize --sizes 16 --vary n --heads 1,2", "only one parameter varies"),
+    ("memorize-values-blank", "memorize --sizes 16 --vary heads --values ' '", "--values ' ' names no values"),
+    ("memorize-values-comma", "memorize --sizes 16 --vary n --values ,", "--values ',' names no values"),
+    ("reproduce-figure2-values-empty", "reproduce figure2 --values ''", "--values '' names no values"),
     ("memorize-two-varied", "memorize --sizes 16 --heads 1,2 --n 4,8", "only one parameter varies"),
     ("memorize-seed-and-seeds", "memorize --sizes 16 --seed 3 --seeds 0-2", "--seed has no effect with --seeds"),
     (
