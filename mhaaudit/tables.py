@@ -207,7 +207,7 @@ def _pandas_metadata(schema) -> bytes:
     return json.dumps({"index_columns": [], "column_indexes": [], "columns": cols}).encode()
 
 
-def _utf8_text(value):
+def utf8_text(value):
     r"""``value`` with each text in it that is not UTF-8 written so that it is: a name read from disk may hold bytes
     that are not UTF-8 (Python holds them as lone surrogates), which parquet's strings cannot hold, and each such
     byte is written as its escape (``odd\xff``, as a message shows it); lists and dicts item by item."""
@@ -221,9 +221,9 @@ def _utf8_text(value):
                 return value.encode("utf-8", "backslashreplace").decode("utf-8")
         return value
     if isinstance(value, list):
-        return [_utf8_text(v) for v in value]
+        return [utf8_text(v) for v in value]
     if isinstance(value, dict):
-        return {_utf8_text(k): _utf8_text(v) for k, v in value.items()}
+        return {utf8_text(k): utf8_text(v) for k, v in value.items()}
     return value
 
 
@@ -240,7 +240,7 @@ def records_table(records: list[dict], metadata: dict):
     seeds = SEEDS_COLUMNS if "seed_plan" in metadata else ()
     known = {c.name: c.type for c in (*seeds, *COLUMNS.get(str(metadata.get("command")), ()))}
     keys: list[str] = list(dict.fromkeys(k for r in records for k in r))
-    arrays = [_column_array(k, [_utf8_text(r.get(k)) for r in records], known.get(k)) for k in keys]
+    arrays = [_column_array(k, [utf8_text(r.get(k)) for r in records], known.get(k)) for k in keys]
     table = pa.table(dict(zip(keys, arrays, strict=False))) if keys else pa.table({})
     meta = {b"pandas": _pandas_metadata(table.schema), METADATA_KEY: json.dumps(metadata, default=str).encode()}
     return table.replace_schema_metadata({**(table.schema.metadata or {}), **meta})

@@ -676,3 +676,26 @@ def test_the_inputs_skipped_are_noted(capsys, vit4, image_dir, tmp_path):
     doc = json_run(capsys, vit4, "--data", folder, "--limit", "100")
     notes = " ".join(doc["meta"]["notes"])
     assert "100 examples were asked for (--limit) but the data gave only 60 usable ones (skipped: 1 unreadable" in notes
+
+
+def test_from_a_series_of_checkpoints_whose_names_are_not_utf8(capsys, vit4, image_dir, tmp_path):
+    """A checkpoint folder whose name holds a byte that is not UTF-8 is tagged in the series' rows with that byte
+    as its escape (parquet's strings hold only UTF-8), its name itself in the metadata: capacity reads its rows by
+    either, as from the file of check run on it alone."""
+    import os
+    import shutil
+
+    ckpts = [shutil.copytree(vit4, tmp_path / os.fsdecode(b"ckpt-%d\xff" % i)) for i in (1, 2)]
+    series, single = tmp_path / "series.parquet", tmp_path / "single.parquet"
+    args = ("--data", image_dir, "--limit", "40", "--samples", "50", "--batch-size", "16", "--variants", "trained")
+    rc, _, err = run(capsys, "check", vit4, *args, "--checkpoints", ",".join(map(str, ckpts)), "--out", series)
+    assert rc == 0, err
+    rc, _, err = run(capsys, "check", vit4, *args, "--weights", ckpts[1], "--out", single)
+    assert rc == 0, err
+
+    def capacity(res):
+        doc = json_run(capsys, vit4, "--data", image_dir, *FROM, "--from", res, "--weights", ckpts[1])
+        return [{k: v for k, v in r.items() if "source" not in k} for r in doc["records"]]
+
+    got = capacity(series)
+    assert got and got == capacity(single)

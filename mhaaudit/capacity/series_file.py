@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from ..errors import InputError, Param, clipped
-from ..tables import SERIES_COLUMNS
+from ..tables import SERIES_COLUMNS, utf8_text
 
 __all__ = ["checkpoint_results"]
 
@@ -88,7 +88,8 @@ def checkpoint_results(
             + Param("check_out")
             + " alone"
         )
-    mine = [r for r in rows if r.get("checkpoint") in (None, name) and r.get("check") != _SERIES_ONLY]
+    tags = (None, name, utf8_text(name))  # a name that is not UTF-8 tags the rows with its bytes' escapes
+    mine = [r for r in rows if r.get("checkpoint") in tags and r.get("check") != _SERIES_ONLY]
     kept = [{k: v for k, v in r.items() if k not in _TAGS} for r in mine]
     return {k: v for k, v in meta.items() if k != "series"} | {"columns": {**columns, **own}}, kept
 
