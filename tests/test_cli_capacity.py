@@ -699,3 +699,26 @@ def test_from_a_series_of_checkpoints_whose_names_are_not_utf8(capsys, vit4, ima
 
     got = capacity(series)
     assert got and got == capacity(single)
+
+
+def test_from_a_series_whose_rows_of_the_checkpoint_were_removed_is_refused(capsys, vit4, image_dir, tmp_path):
+    """A series file whose rows of the checkpoint read (or all its rows, for a trained column alone) were removed
+    by hand: one line naming the file and the checkpoint, where capacity read a bound from the reference rows
+    alone or stopped with exit 3 (an index past the rows)."""
+    import shutil
+
+    ckpts = [shutil.copytree(vit4, tmp_path / f"ckpt-{i}") for i in (1, 2)]
+    series = tmp_path / "series.parquet"
+    args = ("--data", image_dir, "--limit", "40", "--samples", "50", "--batch-size", "16")
+    for variants in ("random,trained", "trained"):  # with reference rows, and without any (then exit 3)
+        series.unlink(missing_ok=True)
+        rc, _, err = run(capsys, "check", vit4, *args, "--checkpoints", ",".join(map(str, ckpts)), "--out", series,
+                         "--variants", variants)  # fmt: skip
+        assert rc == 0, err
+        table = pq.read_table(series)
+        kept = [r for r in table.to_pylist() if r["checkpoint"] != str(ckpts[1])]
+        pq.write_table(pa.Table.from_pylist(kept, schema=table.schema), series)
+        rc, out, err = run(capsys, "capacity", vit4, "--data", image_dir, *FROM, "--from", series, "--weights",
+                           ckpts[1], "--format", "json")  # fmt: skip
+        line = assert_one_error(rc, err, f"--from {series}: it holds no rows of checkpoint {ckpts[1]}, whose")
+        assert out == "", line
