@@ -91,7 +91,7 @@ def checkpoint_results(
     tags = (None, name, utf8_text(name))  # a name that is not UTF-8 tags the rows with its bytes' escapes
     mine = [r for r in rows if r.get("checkpoint") in tags and r.get("check") != _SERIES_ONLY]
     if (own and not any(r.get("checkpoint") is not None for r in mine)) or not mine:
-        whose = f"checkpoint {clipped(name, 80)}" if own else "its reference"
+        whose = f"checkpoint {clipped(str(name), 80)}" if own else "its reference"
         raise InputError(
             Param("from_path") + f" {p}: it holds no rows of {whose}, whose columns its series lists (the rows were "
             "removed, or the file damaged): give the file as the series wrote it"
