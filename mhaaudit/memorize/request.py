@@ -148,12 +148,8 @@ def resolve_grid(request: MemorizeRequest) -> dict:
     vary_v = _vary(merged["vary"]) if merged.get("vary") is not None else None
     vals = validate.int_list(Param("values"), merged.get("values"))
     if merged.get("values") is not None and not vals:  # given, but blank: not the values left out
-        given = merged["values"]
-        raise InputError(
-            Param("values") + f" {given!r} names no values (use e.g. " + Param("values") + " 1,2,4,8)"
-            if isinstance(given, str)
-            else Param("values") + " names no values (use e.g. " + Param("values") + " 1,2,4,8)"
-        )
+        shown = f" {merged['values']!r}" if isinstance(merged["values"], str) else ""
+        raise InputError(Param("values") + f"{shown} names no values (use e.g. " + Param("values") + " 1,2,4,8)")
     if vary_v is not None and not vals:
         raise InputError(
             Param("vary") + f" {vary_v} needs " + Param("values") + " (e.g. " + Param("values") + " 1,2,4,8)"

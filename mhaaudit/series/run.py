@@ -485,13 +485,14 @@ class _Store:
                 "move it away or pick another " + Param("out")
             )
         unlike = rows_unlike_result(path, stored, self.names)  # a resume writes the rows again from the metadata
-        written_by = read_parquet_metadata(path).get("version")  # (read whole by from_parquet above)
-        if unlike is not None and written_by != __version__:  # another release may write other rows
-            raise InputError(
-                Param("out") + f" {path} was written by mhaaudit {clipped(str(written_by), 40)} and holds {unlike}, "
-                f"which this release ({__version__}) cannot resume; move it away or pick another " + Param("out")
-            )
         if unlike is not None:
+            written_by = read_parquet_metadata(path).get("version")  # (read whole by from_parquet above)
+            if written_by != __version__:  # another release may write other rows
+                raise InputError(
+                    Param("out") + f" {path} was written by mhaaudit {clipped(str(written_by), 40)} and holds "
+                    f"{unlike}, which this release ({__version__}) cannot resume; move it away or pick another "
+                    + Param("out")
+                )
             raise InputError(
                 Param("out") + f" {path} holds {unlike}: no run writes that (the file was edited or damaged); "
                 "move it away or pick another " + Param("out")
