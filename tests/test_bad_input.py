@@ -765,6 +765,36 @@ def test_an_expanded_pt_tensor_is_copied_only_once_its_shape_is_accepted(monkeyp
         assert copied == [] and stdout == ""
 
 
+@pytest.mark.parametrize(("stored", "held"), [((1, 768), 3072), ((10_000, 1), 40_000)], ids=["rows", "columns"])
+def test_an_expanded_pt_tensor_past_memory_is_refused_before_its_values_are_scanned(
+    monkeypatch, capsys, tmp_path, stored, held
+):
+    """What an expanded .pt tensor (a stride of 0, along its rows or its columns) declares is held to the memory
+    available before any value is looked at: the NaN/Inf scan reads the whole expanded view (at 10^6 x 768, seconds),
+    work that a refusal known from the file's shape and storage must not wait for."""
+    from mhaaudit import hostmem
+
+    path = tmp_path / "expanded.pt"
+    torch.save(torch.zeros(stored).expand(10_000, 768), path)
+    scanned, isfinite = [], torch.isfinite
+
+    def spy(t, *a, **k):
+        scanned.append(tuple(t.shape))
+        return isfinite(t, *a, **k)
+
+    monkeypatch.setattr(torch, "isfinite", spy)
+    monkeypatch.setattr(hostmem, "available_memory", lambda: 1_000_000)  # the file fits, the 30.7 MB it declares not
+    rc, stdout, err = run(capsys, "kruskal", path, "--k", "2", *JSON)
+    line = assert_one_error(rc, err, f"its tensor of shape (10000, 768) stores {held} bytes, repeated (a stride of 0)")
+    assert "which needs 30.7 MB, but 1.0 MB are available" in line and stdout == ""
+    assert scanned == [], "the values were scanned before the expanded tensor was refused"
+    # with memory enough for what it declares, the same file is read, and its values scanned for NaN and Inf
+    monkeypatch.setattr(hostmem, "available_memory", lambda: 1 << 40)
+    rc, stdout, err = run(capsys, "kruskal", path, "--k", "2", "--samples", "50", *JSON)
+    assert rc == 0, err
+    assert sum(shape[0] for shape in scanned if shape[1:] == (768,)) >= 10_000  # every row, chunk by chunk
+
+
 def test_results_written_by_mhaaudit_are_not_features_whatever_their_columns(capsys, inputs, tmp_path):
     """Recognised by the 'mhaaudit' schema metadata, not by column types: an all-numeric results file too."""
     rc, _, err = run(
