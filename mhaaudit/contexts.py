@@ -17,11 +17,11 @@ import torch
 
 from . import validate
 from .errors import InputError
-from .feature_files import dense_values
 from .numerics import RankRule, with_numerics
 from .numerics.batch_ranks import DeviceBatch, device_ranks, host_ranks
 from .numerics.pow2 import max_abs
 from .numerics.scale import exponent_for
+from .tensor_values import dense_values
 
 __all__ = [
     "ContextRankResult",

@@ -34,7 +34,7 @@ from .defaults import KRUSKAL_VECTORS
 from .distributed import shared
 from .errors import InputError, Param
 from .facts import CaptureFacts
-from .feature_files import MappedArray, own_storage, read_array, to_query_matrix
+from .feature_files import MappedArray, read_array, to_query_matrix
 from .features import FeatureSet
 from .keywords import given, refuse_disagreement
 from .kruskal import KruskalInputs, KruskalResult, as_matrix, data_read, fixed_rule
@@ -46,6 +46,7 @@ from .request import DATA_KEYWORDS, SETTINGS_KEYWORDS, DataRequest, ModelRequest
 from .seeds import SeedPlan, SeedsResult, plan_for
 from .seeds.kruskal import kruskal_seeds
 from .settings import Settings
+from .tensor_values import own_storage
 
 VECTORS = KRUSKAL_VECTORS  # the query vectors, or the Assumption 3 vectors (query + mean of context rows)
 
@@ -136,11 +137,10 @@ def kruskal_capture(
     data: DataRequest | None = None,
     **model_options,
 ) -> Capture:
-    """A checked :class:`Capture` of one column of ``model``: ``n`` is a text model's context length,
-    ``data`` a :class:`~mhaaudit.request.DataRequest` (default: the built-in data, 2000 examples,
-    batches of 32); ``model_options`` are :class:`~mhaaudit.request.ModelRequest`'s (backend,
-    weights, revision, trust_remote_code). Several columns, or ``weights`` without a trained
-    column, are refused."""
+    """A checked :class:`Capture` of one column of ``model``: ``n`` is a text model's context length, ``data`` a
+    :class:`~mhaaudit.request.DataRequest` (default: the built-in data, 2000 examples, batches of 32);
+    ``model_options`` are :class:`~mhaaudit.request.ModelRequest`'s (backend, weights, revision, trust_remote_code).
+    Several columns, or ``weights`` without a trained column, are refused."""
     one_column(variant, model_options.get("weights"))
     options = dict(model_options)
     request = ModelRequest(

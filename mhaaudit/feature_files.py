@@ -21,9 +21,10 @@ from numpy.lib import format as npy_format
 
 from . import hostmem
 from .documents import METADATA_KEY
-from .errors import InputError, MhaauditError, Param
+from .errors import InputError, Param
 from .feature_parquet import feature_columns, feature_matrix
 from .files import arrow_source, native_name, parquet_need, read_parquet, regular_file, size_words
+from .tensor_values import dense_values, stored_bytes
 
 FEATURE_EXTENSIONS = (".npy", ".pt", ".pth", ".safetensors", ".parquet")
 # The largest safetensors header read (the safetensors library refuses larger ones too).
@@ -400,42 +401,17 @@ def _read_torch(p: Path, key: str | None) -> tuple[torch.Tensor, str]:
 
 
 def _stored_whole(p: Path, t: torch.Tensor) -> torch.Tensor:
-    """``t`` as it lies, once the elements it declares are known to fit the memory available: when they share storage
-    (a stride of 0: an expanded tensor, whose 1.5 kB file can declare 10^12 rows), :func:`own_storage` copies them.
+    """``t`` as it lies, once the elements it declares (:func:`~mhaaudit.tensor_values.stored_bytes`) are known to fit
+    the memory available: when they share storage (a stride of 0: an expanded tensor, whose 1.5 kB file can declare
+    10^12 rows), :func:`~mhaaudit.tensor_values.own_storage` copies them.
 
     Raises:
         InputError: when the elements the tensor declares would not fit the memory available.
     """
-    need, held = t.numel() * t.element_size(), t.untyped_storage().nbytes()
+    need, held = stored_bytes(t)
     if need > held:
         why = f"its tensor of shape {tuple(t.shape)} stores {held} bytes, repeated (a stride of 0) to fill that shape"
         refuse_unless_fits(p, need, why)
-    return t
-
-
-def own_storage(t):
-    """``t``, or a copy of it in storage of its own when its elements share storage (an expanded tensor from a .pt
-    file, that every pass would read row by row): made after the checks its shape and dtype decide, not before."""
-    if isinstance(t, torch.Tensor) and t.numel() * t.element_size() > t.untyped_storage().nbytes():
-        return t.contiguous()
-    return t
-
-
-def dense_values(t, where: str, error: type[MhaauditError] = InputError):
-    """``t`` itself when it is a dense tensor holding values (what the linear algebra reads); anything else a
-    ``torch.save`` file may hold is refused in one line.
-
-    Raises:
-        MhaauditError: of type ``error``, when ``t`` is a meta tensor (shapes without values), a sparse, nested
-            or quantized tensor (another layout than torch.strided).
-    """
-    if not isinstance(t, torch.Tensor):
-        return t
-    if t.is_meta:
-        raise error(f"{where}: the tensor is on the meta device: it has a shape but no values (save the real tensor)")
-    if t.layout != torch.strided or t.is_nested or t.is_quantized:
-        kind = "nested" if t.is_nested else "quantized" if t.is_quantized else str(t.layout).replace("torch.", "")
-        raise error(f"{where}: the tensor is {kind}, not a dense tensor; save it dense (tensor.to_dense())")
     return t
 
 

@@ -16,7 +16,6 @@ from .errors import InputError, OutputError, Param
 from .feature_files import FEATURE_EXTENSIONS as FEATURE_EXTENSIONS
 from .feature_files import MAX_HEADER_BYTES as MAX_HEADER_BYTES
 from .feature_files import MappedArray as MappedArray
-from .feature_files import dense_values as dense_values
 from .feature_files import parquet_declared_bytes as parquet_declared_bytes
 from .feature_files import read_array as read_array
 from .feature_files import refuse_results_file as refuse_results_file
@@ -42,6 +41,7 @@ from .staging import atomic_path as atomic_path
 from .staging import check_writable as check_writable
 from .staging import ordinary_mode as ordinary_mode
 from .tables import records_table
+from .tensor_values import dense_values as dense_values
 
 # --------------------------------------------------------------------------- output paths
 

@@ -55,6 +55,7 @@ LAYERS: list[tuple[str, ...]] = [
         "documents",
         "tables",
         "feature_parquet",
+        "tensor_values",
         "feature_files",
         "io",
         "collectives",

@@ -42,12 +42,13 @@ from .. import distributed, validate
 from ..collectives import RankFailed
 from ..defaults import DEFAULT_DEVICE, DEFAULT_SAMPLES, DEFAULT_SEED, DEFAULT_STOP_WHEN_DECIDED, DEFAULT_THRESHOLD
 from ..errors import InputError, Param
-from ..feature_files import MappedArray, dense_values
+from ..feature_files import MappedArray
 from ..numerics import RankRule, lapack, numerics, philox, subnormals_kept, tf32_off
 from ..numerics.philox import split_key
 from ..numerics.stream import Rows, Unit, chunk_rows, nonfinite_message, refuse_unless_fits, scan_of
 from ..numerics.threads import intra_op_threads
 from ..runtime import KERNELS_ENV, MAX_SAMPLES, derive_seed, kernels_env, resolve_device
+from ..tensor_values import dense_values
 from ..workers import worker_pool
 
 __all__ = [

@@ -17,8 +17,9 @@ import torch
 from torch import nn
 
 from ..errors import ModelError
-from ..feature_files import dense_values, safetensors_header, torch_load_reason
+from ..feature_files import safetensors_header, torch_load_reason
 from ..files import native_name
+from ..tensor_values import dense_values
 from .file_reads import HEADER, once
 from .hub_reads import offline_weights_error as offline_weights_error
 
