@@ -309,3 +309,57 @@ def test_every_option_applies_to_a_target_whose_library_function_takes_it():
     for p in sub.params:
         if p.name not in EVERY_TARGET:
             assert applies(p.name), p.name
+
+
+def _reproduce_options() -> set[str]:
+    import click
+    import typer.main
+
+    from mhaaudit.cli.app import app
+
+    cmd = typer.main.get_command(app)
+    sub = cmd.get_command(click.Context(cmd), "reproduce")
+    return {o for p in sub.params for o in p.opts if o.startswith("--")}
+
+
+@pytest.mark.parametrize(
+    "target, columns, match",
+    [
+        ("table1", {"a": [1, 2, 3]}, "has no image column; its columns: a (int64)"),
+        ("figure1", {"a": [1, 2, 3]}, "has no image column; its columns: a (int64)"),
+        ("table3", {"a": [1, 2, 3]}, "has no string column; its columns: a (int64)"),
+        ("table3", {"a": ["x y"] * 3, "b": ["u v"] * 3}, "has 2 string columns (a, b) and none is named text"),
+        ("table3", "jsonl", "has no string column; its columns: a (int)"),
+    ],
+)
+def test_data_without_a_usable_column_is_refused_naming_only_reproduce_options(
+    capsys, tmp_path, vit_dir, bert_dir, target, columns, match
+):
+    """reproduce has no --text-column or --image-column: its refusal says which column it reads instead of
+    advising an option it lacks (check's advice, which names its own option, is unchanged)."""
+    import re
+
+    if columns == "jsonl":
+        data = tmp_path / "records.jsonl"
+        data.write_text('{"a": 1}\n{"a": 2}\n')
+    else:
+        data = tmp_path / "table.parquet"
+        pq.write_table(pa.table(columns), data)
+    bert = ["--models", "bert", "--model", f"bert={bert_dir}", "--context-length", "bert=8"]
+    model = bert if target == "table3" else ["--model", f"vit={vit_dir}"]
+    rc, out, err = run(capsys, "reproduce", target, *model, "--data", data, "--limit", "20", *SMALL)
+    line = assert_one_error(rc, err, match)
+    assert out == ""
+    named = set(re.findall(r"--[a-z][a-z-]*", line))
+    assert named <= _reproduce_options(), line
+    kind = "image" if target in ("table1", "figure1") else "text"
+    assert f"named {kind}" in line, line  # what it reads instead: the well-known names
+
+
+def test_check_still_advises_its_own_column_option(capsys, tmp_path, bert_dir):
+    """The reproduce wording is reproduce's alone: check, which has --text-column, still advises it."""
+    data = tmp_path / "table.parquet"
+    pq.write_table(pa.table({"a": [1, 2, 3]}), data)
+    rc, out, err = run(capsys, "check", bert_dir, "--data", data, "--limit", "20", "--context-length", "8", *SMALL)
+    assert_one_error(rc, err, "has no string column; its columns: a (int64); choose one with --text-column")
+    assert out == ""

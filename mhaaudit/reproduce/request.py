@@ -1,19 +1,22 @@
 """A run of one of the paper's audited targets (``table1``, ``table3``, ``figure1``) as one frozen
-object, :class:`TargetRequest`, and :func:`target_request`, the one place the targets' keywords become it.
+object, :class:`TargetRequest`, and :func:`target_request`, the one place the targets' keywords become it;
+:func:`columns_by_name`, the targets' words for a column of the data they cannot find.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from .. import validate
 from ..defaults import DEFAULT_BATCH_SIZE, DEFAULT_SPLIT
-from ..errors import Param
+from ..errors import Message, MhaauditError, Param
 from ..keywords import given, request_of
 from ..request import SETTINGS_KEYWORDS, build_settings
 from ..settings import Settings
+from ..sources.containers import IMAGE_NAMES, TEXT_NAMES
 
 __all__ = ["TargetRequest", "target_request"]
 
@@ -64,3 +67,34 @@ def target_request(request: TargetRequest | None, keywords: Mapping[str, Any]) -
     request = request_of(TargetRequest, request, "request", rest)
     build_settings(request.settings, settings)
     return request
+
+
+# The parameters that choose the data's column, which the targets do not take: what a target reads instead.
+_READ_INSTEAD = {
+    "text_column": "the one named " + ", ".join(TEXT_NAMES) + ", else the only string column",
+    "image_column": "the one named " + ", ".join(IMAGE_NAMES) + ", else the only image column",
+}
+
+
+@contextmanager
+def columns_by_name() -> Iterator[None]:
+    """Run a target's audit of its data: an error whose closing advice chooses a column with a parameter the
+    targets do not take (``text_column``, ``image_column``; the advice of :func:`mhaaudit.audit`) says instead
+    which column a target reads.
+
+    Raises:
+        MhaauditError: the error the audit raised, of its type and fields (reworded where it advised a column).
+    """
+    try:
+        yield
+    except MhaauditError as exc:
+        message = exc.message
+        parts = message.parts if isinstance(message, Message) else ()
+        last = parts[-1] if parts else None
+        before = parts[-2] if len(parts) > 1 else None
+        cut = before.rfind("; ") if isinstance(before, str) else -1
+        if not isinstance(last, Param) or last.name not in _READ_INSTEAD or not isinstance(before, str) or cut < 0:
+            raise
+        said = Message(*parts[:-2], before[:cut], "; the paper's targets take no column option: they read ")
+        exc.args = (said + _READ_INSTEAD[last.name],)  # reworded in place: its type and fields stay as raised
+        raise

@@ -37,7 +37,7 @@ from .compare import Comparison, RunFacts, compare, setting_differences
 from .memorization import compare_memorization
 from .published import target_spec
 from .reproduction import GridTargetSettings, Reproduction, TargetSettings
-from .request import TargetRequest, target_request
+from .request import TargetRequest, columns_by_name, target_request
 
 if TYPE_CHECKING:
     pass
@@ -298,18 +298,19 @@ def _tables(target: str, request: TargetRequest) -> Reproduction:
     t0 = time.perf_counter()
     for key in chosen:
         name = names.get(key, spec["models"][key]["alias"])
-        result = audit(
-            name,
-            layers=[0, 1] if target == "table3" else None,
-            data=data,
-            split=request.split,
-            limit=T,
-            batch_size=request.batch_size,
-            weights=weights.get(key),
-            context_length=lengths.get(key),
-            on_note=request.on_note,
-            settings=settings,
-        )
+        with columns_by_name():
+            result = audit(
+                name,
+                layers=[0, 1] if target == "table3" else None,
+                data=data,
+                split=request.split,
+                limit=T,
+                batch_size=request.batch_size,
+                weights=weights.get(key),
+                context_length=lengths.get(key),
+                on_note=request.on_note,
+                settings=settings,
+            )
         out.audits[key] = result
         out.facts[key] = _facts(result, name, paper_data, settings)
         out.notes += result.notes
@@ -416,15 +417,16 @@ def figure1(
     data, paper_data = _data_for(spec, request.data)
     T = spec["data"]["T"] if request.limit is None else request.limit
     t0 = time.perf_counter()
-    fs = capture_features(
-        name,
-        variant=column,
-        data=data,
-        split=request.split,
-        limit=T,
-        batch_size=request.batch_size,
-        settings=settings,
-    )
+    with columns_by_name():
+        fs = capture_features(
+            name,
+            variant=column,
+            data=data,
+            split=request.split,
+            limit=T,
+            batch_size=request.batch_size,
+            settings=settings,
+        )
     sw = _sweep(fs, settings, max(max(it["k"] for it in spec["values"]), fs.d), column)
     facts = _features_facts(fs, name, paper_data, settings, column)
     col = {"records": {}, "sweep": _sweep_doc(sw), "n": fs.n}
