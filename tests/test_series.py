@@ -955,6 +955,37 @@ def test_capacity_reads_the_random_columns_of_a_series_of_revisions_for_each_rev
     assert len(notes) == 1 and "at revision step100" in notes[0], notes
 
 
+def test_a_revision_s_audit_read_from_a_series_names_its_own_random_weights(gpt_hub, tmp_path, capsys):
+    """``SeriesResult.audit(REV)`` gives the random columns the words a single run of REV gives them, those the
+    series' file lists for REV (``random_weights_source``, which ``capacity --from`` reads), not the first
+    revision's, from whose config the series drew them."""
+    args = ("org/tiny-gpt2", "--data", gpt_hub / "docs.jsonl", "--context-length", 8, "--limit", 48, "--samples", 64)
+    args += ("--batch-size", 16, "--device", "cpu", "--layers", 1, "--format", "json")
+    series = tmp_path / "series.parquet"
+    rc, _, err = run(capsys, "check", *args, "--revision", "step100,step300", "--out", series)
+    assert rc == 0, err
+    from mhaaudit.io import read_parquet_metadata
+
+    listed = {c["name"]: c["random_weights_source"] for c in read_parquet_metadata(series)["series"]["checkpoints"]}
+    assert "revision step300" in listed["step300"] and listed["step300"] != listed["step100"]
+    rc, out, err = run(capsys, "check", *args, "--revision", "step300")
+    assert rc == 0, err
+    single = strict_json(out)["meta"]["columns"]
+    rc, printed, err = run(capsys, "check", *args, "--revision", "step100,step300")
+    assert rc == 0, err
+    for result in (SeriesResult.from_parquet(series), SeriesResult.from_json(strict_json(printed))):
+        for revision in ("step100", "step300"):
+            audit = result.audit(revision)
+            random = [c for c in audit.columns if c.probe.init == "random"]
+            assert random and all(c.weights_source == listed[revision] for c in random), revision
+        columns = result.audit("step300").columns_meta()
+        assert {k: c["weights_source"] for k, c in columns.items()} == {
+            k: c["weights_source"] for k, c in single.items()
+        }
+    reference = SeriesResult.from_parquet(series).runs[0].reference
+    assert all(c.weights_source == listed["step100"] for c in reference.columns if c.probe.init == "random")
+
+
 def test_a_revision_whose_config_builds_in_another_dtype_draws_other_random_weights():
     """transformers builds a config's model in the dtype the config writes (``dtype``, or the older ``torch_dtype``;
     float32 when it writes none), so the random weights drawn from a revision saved in bfloat16 are not those drawn

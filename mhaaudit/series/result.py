@@ -26,7 +26,7 @@ from __future__ import annotations
 import itertools
 import os
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 from ..audit_result import AuditResult
@@ -309,7 +309,9 @@ class SeriesResult(StoredSweepResult):
         """Give one checkpoint's audit, as a single ``check MODEL --weights CHECKPOINT`` run returns it.
 
         It holds the reference columns and the checkpoint's trained columns, in the order of the audit's
-        table. An identical checkpoint gives the trained columns of the one it repeats.
+        table. An identical checkpoint gives the trained columns of the one it repeats. The random columns
+        name the weights the series lists for the checkpoint (``random_weights_source`` in ``meta.series``:
+        a revision whose config draws the reference's random weights names them as its single run does).
 
         Args:
             name: the checkpoint's name, as given, or its path (a ``Path``, relative or absolute).
@@ -329,8 +331,10 @@ class SeriesResult(StoredSweepResult):
         ref = r.reference
         if ref is None:
             return own
+        drawn = self._random_source(wanted)
+        mine = [replace(c, weights_source=drawn) if drawn and c.probe.init == "random" else c for c in ref.columns]
         place = {v: i for i, v in enumerate(self.variants)}
-        cols = sorted(ref.columns + own.columns, key=lambda c: place.get(c.probe.variant, len(place)))
+        cols = sorted(mine + own.columns, key=lambda c: place.get(c.probe.variant, len(place)))
         return AuditResult(
             model=own.model,
             info=own.info,
@@ -344,6 +348,17 @@ class SeriesResult(StoredSweepResult):
             skips=own.skips,
             image_policy=own.image_policy,
         )
+
+    def _random_source(self, name: str) -> str | None:
+        """The words a single run of the checkpoint ``name`` gives the random weights, where the series lists them
+        (a revision whose config draws the reference's: ``capacity --from`` reads the reference columns with
+        them); None otherwise (the reference columns' own words stand)."""
+        series = self.meta_.get("series")
+        entries = series.get("checkpoints") if isinstance(series, dict) else None
+        for e in entries if isinstance(entries, list) else []:
+            if isinstance(e, dict) and e.get("name") == name and isinstance(e.get("random_weights_source"), str):
+                return e["random_weights_source"]
+        return None
 
     # ------------------------------------------------------------------ records
 
