@@ -353,7 +353,9 @@ def test_data_without_a_usable_column_is_refused_naming_only_reproduce_options(
     named = set(re.findall(r"--[a-z][a-z-]*", line))
     assert named <= _reproduce_options(), line
     kind = "image" if target in ("table1", "figure1") else "text"
-    assert f"named {kind}" in line, line  # what it reads instead: the well-known names
+    assert f"named {kind}" in line, line  # what it reads instead: the well-known names,
+    assert line.count(f"named {kind}") == 1, line  # said once, where the reader's own words list them already
+    assert line.endswith(f"else the only {'image' if kind == 'image' else 'string'} column"), line
 
 
 def test_check_still_advises_its_own_column_option(capsys, tmp_path, bert_dir):

@@ -69,10 +69,11 @@ def target_request(request: TargetRequest | None, keywords: Mapping[str, Any]) -
     return request
 
 
-# The parameters that choose the data's column, which the targets do not take: what a target reads instead.
+# The parameters that choose the data's column, which the targets do not take: the names a target reads a column
+# by instead, and what it reads when none has them.
 _READ_INSTEAD = {
-    "text_column": "the one named " + ", ".join(TEXT_NAMES) + ", else the only string column",
-    "image_column": "the one named " + ", ".join(IMAGE_NAMES) + ", else the only image column",
+    "text_column": (", ".join(TEXT_NAMES), "the only string column"),
+    "image_column": (", ".join(IMAGE_NAMES), "the only image column"),
 }
 
 
@@ -95,6 +96,8 @@ def columns_by_name() -> Iterator[None]:
         cut = before.rfind("; ") if isinstance(before, str) else -1
         if not isinstance(last, Param) or last.name not in _READ_INSTEAD or not isinstance(before, str) or cut < 0:
             raise
-        said = Message(*parts[:-2], before[:cut], "; the paper's targets take no column option: they read ")
-        exc.args = (said + _READ_INSTEAD[last.name],)  # reworded in place: its type and fields stay as raised
+        names, otherwise = _READ_INSTEAD[last.name]
+        named = "a column of one of those names" if names in before[:cut] else f"the one named {names}"
+        said = Message(*parts[:-2], before[:cut], f"; the paper's targets take no column option: they read {named}, ")
+        exc.args = (said + f"else {otherwise}",)  # reworded in place: its type and fields stay as raised
         raise
