@@ -380,7 +380,8 @@ def test_from_a_file_whose_verdicts_are_not_check_s_words_is_refused(capsys, vit
 )
 def test_from_a_file_whose_a1_row_contradicts_itself_is_refused(capsys, vit4, image_dir, tmp_path, edit, says):
     """A results file whose A1 row's words contradict its own counts: refused, where the forged verdict decided
-    the bound."""
+    the bound. Its rows differ from the result its metadata stores, which names the row; without a stored result
+    (a file written before results were stored) the row's own words refuse it."""
     res = tmp_path / "results.parquet"
     args = ("check", vit4, "--data", image_dir, "--limit", "40", "--samples", "100", "--batch-size", "16")
     rc, _, err = run(capsys, *args, "--variants", "random", "--out", res)
@@ -392,6 +393,9 @@ def test_from_a_file_whose_a1_row_contradicts_itself_is_refused(capsys, vit4, im
     a1.update(edit)
     edited = tmp_path / "edited.parquet"
     pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), edited)
+    rc, _out, err = run(capsys, "capacity", vit4, *FROM, "--from", edited, "--variants", "random", "--block", "2")
+    assert_one_error(rc, err, f"--from {edited} holds a row unlike the result its metadata stores (row ")
+    _rewritten(table, edited, rows, result=None)
     rc, _out, err = run(capsys, "capacity", vit4, *FROM, "--from", edited, "--variants", "random", "--block", "2")
     assert_one_error(rc, err, f"the assumption_1 row says what no run writes: {says}")
 
@@ -722,3 +726,60 @@ def test_from_a_series_whose_rows_of_the_checkpoint_were_removed_is_refused(caps
                            ckpts[1], "--format", "json")  # fmt: skip
         line = assert_one_error(rc, err, f"--from {series}: it holds no rows of checkpoint {ckpts[1]}, whose")
         assert out == "", line
+
+
+def _rewritten(table, to, rows=None, **meta):
+    """``table`` (a results file read whole) written to ``to`` with ``rows`` in place of its rows and ``meta`` set in
+    its mhaaudit metadata (a value None: the key removed)."""
+    whole = json.loads(table.schema.metadata[b"mhaaudit"]) | meta
+    whole = {k: v for k, v in whole.items() if v is not None}
+    rows = table.to_pylist() if rows is None else rows
+    kept = {**table.schema.metadata, b"mhaaudit": json.dumps(whole).encode()}
+    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema).replace_schema_metadata(kept), to)
+    return to
+
+
+def test_from_a_file_whose_rows_differ_from_its_stored_result_is_refused(capsys, vit4, image_dir, tmp_path):
+    """check --out stores its result in the file's metadata beside the rows that capacity reads: a row edited by hand
+    (Assumption 2's verdict and fraction changed together, which no check of the row alone contradicts) gave another
+    bound with exit 0. It is refused as a series' resume refuses such a file: one line naming the file, the row and
+    the cell, in the command line's words and the library's. An unedited file gives what it gave before; a file that
+    stores no result, or that another release wrote, is read as it stands."""
+    from mhaaudit.capacity import capacity_audit
+    from mhaaudit.errors import InputError
+
+    res = tmp_path / "results.parquet"
+    rc, _, err = run(capsys, "check", vit4, "--data", image_dir, *FROM, "--samples", "50", "--variants", "random",
+                     "--out", res)  # fmt: skip
+    assert rc == 0, err
+    table = pq.read_table(res)
+    meta = json.loads(table.schema.metadata[b"mhaaudit"])
+    assert meta["version"] == __version__ and "result" in meta
+
+    def bound(path):
+        doc = json_run(capsys, vit4, "--data", image_dir, *FROM, "--from", path, "--variants", "random", "--block", "2")
+        return doc["records"]
+
+    unstored = _rewritten(table, tmp_path / "unstored.parquet", result=None)  # as a file written before results were
+    assert bound(res) == bound(unstored)  # stored: read as it stands, as every file was
+    rows = table.to_pylist()
+    (a2,) = [i for i, r in enumerate(rows) if (r["variant"], r["check"]) == ("random", "assumption_2")]
+    assert (rows[a2]["verdict"], rows[a2]["fraction"]) == ("holds", 1.0)
+    rows[a2] |= {"verdict": "fails", "exact_status": "fails", "fraction": 0.5, "satisfied": 20}  # each context
+    rows[a2] |= {"ci_low": 0.5, "ci_high": 0.5}  # decided exactly: half the examples said to be of lower rank
+    assert bound(_rewritten(table, tmp_path / "before.parquet", rows, result=None)) != bound(res)  # what it gave
+    edited = _rewritten(table, tmp_path / "edited.parquet", rows)
+    cap = tmp_path / "capacity.parquet"
+    rc, out, err = run(capsys, "capacity", vit4, "--data", image_dir, *FROM, "--from", edited, "--variants", "random",
+                       "--block", "2", "--out", cap)  # fmt: skip
+    line = assert_one_error(rc, err, f"--from {edited} holds a row unlike the result its metadata stores (row {a2 + 1}")
+    assert f"row {a2 + 1}, variant random, layer 1, check assumption_2: satisfied is 20 where the stored result" in line
+    assert "no run writes that (the file was edited or damaged); give the file as its run wrote it" in line
+    assert out == "" and not cap.exists()
+    with pytest.raises(InputError, match=f"from_path {edited} holds a row unlike the result its metadata stores"):
+        capacity_audit(str(vit4), from_path=edited, data=str(image_dir), limit=40, variants=["random"], block=2)
+    bad = _rewritten(table, tmp_path / "bad.parquet", result={**meta["result"], "columns": 5})
+    rc, out, err = run(capsys, "capacity", vit4, *FROM, "--from", bad, "--variants", "random", "--block", "2")
+    assert_one_error(rc, err, f"--from {bad} holds a stored result that cannot be read back (its metadata: ")
+    other = _rewritten(table, tmp_path / "other.parquet", rows, version="0.0.1")  # another release's rows may differ
+    assert bound(other) == bound(tmp_path / "before.parquet")

@@ -54,6 +54,7 @@ LAYERS: list[tuple[str, ...]] = [
         "display",
         "documents",
         "tables",
+        "as_stored",
         "feature_parquet",
         "tensor_values",
         "feature_files",

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..as_stored import edited, stored_rows_unlike
+from ..audit_result import AuditResult
 from ..check_words import CHECK_TITLES, is_decided
 from ..checks import REGISTRY
 from ..errors import InputError, Param, clipped
@@ -153,7 +155,9 @@ def read_check_results(
             more values than the memory available holds, was written by another command (its metadata names it),
             has no check/variant columns (or no rows), carries malformed mhaaudit metadata or none naming its
             columns, holds the records of several seeds (not one run's verdicts), a series read for no checkpoint
-            of it, or a row that no run of check writes (:func:`_check_row_keys`).
+            of it, a row that no run of check writes (:func:`_check_row_keys`), or (of a single run written by this
+            release) rows other than those of the result its metadata stores (a row edited by hand:
+            :func:`mhaaudit.as_stored.stored_rows_unlike`).
     """
     p = Path(path)
     if p.is_dir() or not p.exists():
@@ -188,7 +192,8 @@ def read_check_results(
             Param("from_path") + f" {p}: its 'mhaaudit' parquet metadata is malformed "
             "(not what " + Param("check_out") + " writes)"
         )
-    if "series" in meta:  # before the seeds: a series of several seeds is a series first
+    series = "series" in meta
+    if series:  # before the seeds: a series of several seeds is a series first
         meta, rows = checkpoint_results(p, meta, rows, checkpoint, trained)
     if "seed_plan" in meta or "aggregate" in rows[0]:  # its rows are per seed and over the seeds: no one verdict
         raise InputError(
@@ -209,6 +214,9 @@ def read_check_results(
             Param("from_path") + f" {p}: its 'mhaaudit' parquet metadata names no columns, which every results "
             "file of " + Param("check_out") + " does (its weights and layer are read from there)"
         )
+    unlike = None if series else stored_rows_unlike(meta, rows, AuditResult)  # last: the refusals above say more
+    if unlike is not None:
+        raise InputError(edited(Param("from_path") + f" {p}", unlike) + "; give the file as its run wrote it")
     return meta, rows
 
 

@@ -46,6 +46,7 @@ from pathlib import Path
 
 from .. import distributed, pipeline, validate
 from .._version import __version__
+from ..as_stored import edited
 from ..auditing import AuditResult, Columns, audit
 from ..distributed import shared
 from ..documents import RESULT_KEY
@@ -469,8 +470,7 @@ class _Store:
             stored = SeriesResult.from_parquet(path)
         except StoredContradiction as exc:  # a row edited by hand: never resumed as a result
             raise InputError(
-                Param("out") + f" {path} holds {exc.what}: no run writes that (the file was edited or damaged); "
-                "move it away or pick another " + Param("out")
+                edited(Param("out") + f" {path}", exc.what) + "; move it away or pick another " + Param("out")
             ) from exc
         except InputError as exc:
             raise InputError(
@@ -494,8 +494,7 @@ class _Store:
                     + Param("out")
                 )
             raise InputError(
-                Param("out") + f" {path} holds {unlike}: no run writes that (the file was edited or damaged); "
-                "move it away or pick another " + Param("out")
+                edited(Param("out") + f" {path}", unlike) + "; move it away or pick another " + Param("out")
             )
         return stored
 
