@@ -783,3 +783,23 @@ def test_from_a_file_whose_rows_differ_from_its_stored_result_is_refused(capsys,
     assert_one_error(rc, err, f"--from {bad} holds a stored result that cannot be read back (its metadata: ")
     other = _rewritten(table, tmp_path / "other.parquet", rows, version="0.0.1")  # another release's rows may differ
     assert bound(other) == bound(tmp_path / "before.parquet")
+
+
+def test_from_a_series_without_reference_columns_read_for_them_says_so(capsys, vit4, image_dir, tmp_path):
+    """A series run with the trained column alone holds no reference rows: read for the random column alone, it is
+    refused saying so (it was refused as a file whose rows were removed, and exit 3 before that)."""
+    import shutil
+
+    ckpts = [shutil.copytree(vit4, tmp_path / f"ckpt-{i}") for i in (1, 2)]
+    series = tmp_path / "series.parquet"
+    args = ("--data", image_dir, "--limit", "40", "--samples", "50", "--batch-size", "16", "--variants", "trained")
+    rc, _, err = run(capsys, "check", vit4, *args, "--checkpoints", ",".join(map(str, ckpts)), "--out", series)
+    assert rc == 0, err
+    rc, out, err = run(capsys, "capacity", vit4, "--data", image_dir, *FROM, "--from", series, "--variants", "random")
+    line = assert_one_error(rc, err, f"--from {series}: its series audited no reference (random) columns, only each")
+    assert "trained in --variants, the checkpoint in --weights or --revision" in line and "removed" not in line
+    assert out == ""
+    rc, out, err = run(capsys, "capacity", vit4, "--data", image_dir, *FROM, "--from", series, "--variants", "trained",
+                       "--weights", ckpts[1], "--format", "json")  # fmt: skip
+    assert rc == 0, err
+    assert {r["variant"] for r in json.loads(out)["records"]} == {"trained"}

@@ -39,8 +39,9 @@ def checkpoint_results(
     Raises:
         InputError: when the series holds several seeds' runs, ``checkpoint`` is None (with ``trained``), names
             none of its checkpoints or one not audited (an interrupted series), or the file lists no columns of
-            the checkpoint (a series written before they were listed) or no reference columns, or lists a
-            checkpoint whose name is no text.
+            the checkpoint (a series written before they were listed) or no reference columns (or, read without
+            ``trained``, its series audited none), holds no rows of what it reads, or lists a checkpoint whose name
+            is no text.
     """
     series = meta.get("series")
     entries = series.get("checkpoints") if isinstance(series, dict) else None
@@ -87,6 +88,17 @@ def checkpoint_results(
             + " (a series written by an earlier version, or one interrupted before it): audit it with "
             + Param("check_out")
             + " alone"
+        )
+    if not own and not columns:  # the reference read, of a series that audited none (no rows were removed)
+        raise InputError(
+            Param("from_path") + f" {p}: its series audited no reference (random) columns, only each checkpoint's "
+            "trained column: read one checkpoint's (trained in "
+            + Param("variants")
+            + ", the checkpoint in "
+            + Param("weights")
+            + " or "
+            + Param("revision")
+            + ")"
         )
     tags = (None, name, utf8_text(name))  # a name that is not UTF-8 tags the rows with its bytes' escapes
     mine = [r for r in rows if r.get("checkpoint") in tags and r.get("check") != _SERIES_ONLY]
