@@ -1304,6 +1304,17 @@ def test_an_alias_s_checkpoints_of_another_width_are_refused_before_any_work(gpt
     assert [c.step for c in resolve_series(str(own), None, ModelRequest("gpt2")).checkpoints] == [2]
 
 
+def test_an_alias_s_checkpoint_is_refused_for_what_a_single_run_of_it_refuses(vit_series, capsys, no_work):
+    """An alias's checkpoint with a config of its own is built from that config, not the alias's: one of another
+    width is refused because its weights do not fit the alias, as a single --weights run finds; the line said the
+    series audits every checkpoint with the model's configuration, which it does not for an alias."""
+    ckpt = vit_series / "runs" / "ckpt-100"
+    rc, text, err = run(capsys, "check", "vit-base", "--checkpoints", ckpt, "--device", "cpu")
+    line = assert_one_error(rc, err, f"{ckpt} is of another width than the model vit-base: its config.json has ")
+    assert f"its weights do not fit vit-base, as a single run of vit-base with them (--weights {ckpt}) finds" in line
+    assert "with the model's configuration" not in line and text == ""
+
+
 def test_checkpoints_whose_configs_hold_the_same_nan_are_of_one_model(vit_series, tmp_path):
     """Two configs that both say NaN for a key say the same (NaN is not equal to itself as a float)."""
     names = []

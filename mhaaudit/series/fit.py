@@ -10,7 +10,8 @@
   local MODEL does, held to the same rule in ``models.hf``), so a checkpoint whose own configuration
   computes otherwise (another activation, normalisation epsilon or width: any key both configs hold, but
   those that do not change what the probed blocks compute from the weights, ``models.hf_config.computes``)
-  would be audited as what it is not;
+  would be audited as what it is not (an alias's checkpoint with a config of its own is built from it, and held
+  only as a single run holds such weights: :func:`model_fit`);
 - :func:`refuse_checkpoint_code`: a checkpoint folder whose ``auto_map`` asks for code of its own, named
   as the checkpoint (not the model), unless that code is trusted;
 - :func:`torch_shapes`: a torch checkpoint's (``pytorch_model.bin``, ``.pt``) tensors' names and shapes, from
@@ -237,19 +238,27 @@ def model_config(base: ModelRequest, volatile: frozenset[str]) -> dict | None:
     return {k: v for k, v in data.items() if k not in volatile}
 
 
-def refuse_unlike_model(name: str, config: dict, model: str, model_cfg: dict) -> None:
+def refuse_unlike_model(name: str, config: dict, model: str, model_cfg: dict, own: bool = False) -> None:
     """Refuse the checkpoint ``name`` whose config (less the keys every save rewrites) differs from the model
-    ``model``'s in a key both hold that the audit computes with (``models.hf_config.config_difference``).
+    ``model``'s in a key both hold that the audit computes with (``models.hf_config.config_difference``). ``own``:
+    the checkpoint is built from its own config (an alias's, :func:`model_fit`), so ``model_cfg`` holds only what a
+    single run holds such weights to, and the line gives that run's reason, not the model's configuration's.
 
     Raises:
         InputError: when ``model_type`` differs (another family), a width key (another width), or any other such key.
     """
     difference = config_difference(config, model_cfg, model)
     if difference is not None:
+        why = (
+            f"its weights do not fit {model}, as a single run of {model} with them (" + Param("weights") + f" {name}) "
+            "finds"
+            if own
+            else "a series audits every checkpoint with the model's configuration, so its records would not be this "
+            "checkpoint's"
+        )
         raise InputError(
-            Param("checkpoints") + f" {name} {difference}; a series audits every checkpoint with the model's "
-            "configuration, so its records would not be this checkpoint's. Name the model it was trained from, or "
-            f"audit it as a model of its own (check {name})"
+            Param("checkpoints") + f" {name} {difference}; " + why + ". Name the model it was trained from, or audit "
+            f"it as a model of its own (check {name})"
         )
 
 

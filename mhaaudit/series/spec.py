@@ -309,7 +309,7 @@ def _check_local(refs: list[CheckpointRef], base: ModelRequest) -> None:
         if (contents.config is not None or contents.shapes is not None) and not model:
             model += model_fit(base, VOLATILE_CONFIG)
         if contents.config is not None and model[0] is not None:
-            refuse_unlike_model(ref.name, contents.config, base.model, model[0])
+            refuse_unlike_model(ref.name, contents.config, base.model, model[0], own=model[2])
         # a weights file has no config: its shapes say its width (an alias's checkpoint with one is built from it)
         if contents.shapes is not None and not (model[2] and contents.config is not None):
             refuse_unfitting(ref.name, contents.shapes, base.model, model[1])
