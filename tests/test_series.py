@@ -334,6 +334,21 @@ def test_model_and_checkpoint_folders_with_names_of_any_bytes_are_read(
     assert [strip(x) for x in got["plain"][1]] == [strip(x) for x in got[f"odd{odd}"][1]]
 
 
+def test_a_series_says_each_note_once(vit_series, image_dir, capsys, monkeypatch):
+    """Every audit of a series (the reference, each checkpoint) gives the model's and the data's notes again: the
+    command line says each once, where a single run says it too, and the results keep them."""
+    monkeypatch.chdir(vit_series)
+    base = ("--data", image_dir, *VIT_RUN)
+    rc, _, single = run(capsys, "check", "model", *base, "--weights", "runs/ckpt-100")
+    assert rc == 0, single
+    rc, out, err = run(capsys, "check", "model", *base, "--checkpoints", "runs/ckpt-[123]00", "--format", "json")
+    assert rc == 0, err
+    notes = [line for line in err.splitlines() if line.startswith("Note: ")]
+    assert notes and len(notes) == len(set(notes)), err
+    assert {line for line in single.splitlines() if line.startswith("Note: ")} <= set(notes)
+    assert any(n in out for n in (json.dumps(line[len("Note: ") :])[1:-1] for line in notes))  # the file keeps them
+
+
 def test_a_text_model_folder_whose_name_is_not_utf8_is_fed_its_own_tokenizer(gpt_series, tmp_path):
     """The tokenizers library takes only UTF-8 names: a trained GPT-2 folder whose name is not UTF-8 is read with
     its own tokenizer, and gives the records of the same folder under a UTF-8 name."""

@@ -207,6 +207,7 @@ def audit_series(
         seed_plan = plan_for(req.settings, seeds, vary)
         store = _Store(out, _key(plan, req.settings, seed_plan), seed_plan, names)
         t0 = time.perf_counter()
+        on_note = _each_once(on_note)  # every audit of the series gives the model's and the data's notes again
         for seed_run in [None] if seed_plan is None else seed_plan.runs():
             _series_run(plan, req.settings, seed_run, store, on_note)
         result = _result(plan, seed_plan, store.finished, store.key, complete=True, extra=store.notes)
@@ -236,6 +237,20 @@ def _key(plan: _Plan, settings: Settings, seeds: SeedPlan | None) -> dict:
         "seeds": None if seeds is None else seeds.as_dict(),
     }
     return json.loads(json.dumps(what, default=str))
+
+
+def _each_once(on_note: Callable[[str], None] | None) -> Callable[[str], None] | None:
+    """``on_note``, called once for each distinct note (the results keep each audit's notes as it gave them)."""
+    if on_note is None:
+        return None
+    said: set[str] = set()
+
+    def note(line: str) -> None:
+        if line not in said:
+            said.add(line)
+            on_note(line)
+
+    return note
 
 
 # --------------------------------------------------------------------------- one run of the series
