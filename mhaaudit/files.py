@@ -305,8 +305,13 @@ PARQUET_BATCH_ROWS = 256
 
 
 def size_words(n: int) -> str:
-    """``n`` bytes in words: ``"2.56 GB"``, ``"4.0 MB"``."""
-    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
+    """``n`` bytes in words: ``"2.56 GB"``, ``"4.0 MB"``, ``"4.1 kB"``, ``"512 bytes"`` (a size below a tenth of a
+    megabyte in kilobytes or bytes, never ``"0.0 MB"``)."""
+    if n >= 1e9:
+        return f"{n / 1e9:.2f} GB"
+    if n >= 1e5:
+        return f"{n / 1e6:.1f} MB"
+    return f"{n / 1e3:.1f} kB" if n >= 1e3 else f"{n} bytes"
 
 
 def memory_limit() -> int:

@@ -31,6 +31,7 @@ from conftest import FIXTURES
 from safetensors.torch import load_file, save_file
 
 from mhaaudit.features import reduce_tokens
+from mhaaudit.files import size_words
 from mhaaudit.io import MappedArray, read_array, stamp, write_parquet
 
 pytest.importorskip("transformers")
@@ -731,6 +732,8 @@ def test_a_sparse_feature_file_is_sized_before_it_is_mapped(monkeypatch, capsys,
     assert f"float32 {'array' if kind == 'npy' else 'tensor'} of shape (131072, 1024)" in line, line
     assert "which needs 536.9 MB" in line
     assert "but 400.0 MB are available" in line and stdout == ""
+    stored = os.stat(path).st_blocks * 512  # a few kilobytes, in kilobytes or bytes (never "0.0 MB")
+    assert f"{size_words(stored)} are stored on disk" in line and " 0.0 MB" not in line, line
     # with memory enough for what it declares, it is mapped as before
     monkeypatch.setattr(hostmem, "available_memory", lambda: 1 << 40)
     assert isinstance(read_array(path)[0], MappedArray)

@@ -349,3 +349,13 @@ def test_the_largest_row_group_is_counted_alone(tmp_path, monkeypatch):
     line = str(e.value)
     assert line.startswith("g: reading it a row group at a time needs at least 2") and "\n" not in line
     assert "(its row group 1 (of 4) declares 200 rows" in line and line.endswith("more than the 10.0 MB available; why")
+
+
+@pytest.mark.parametrize(
+    "n, words",
+    [(0, "0 bytes"), (999, "999 bytes"), (4096, "4.1 kB"), (99_999, "100.0 kB"), (100_000, "0.1 MB"),
+     (4_000_000, "4.0 MB"), (2_560_000_000, "2.56 GB")],
+)  # fmt: skip
+def test_sizes_in_words_never_round_to_nothing(n, words):
+    """A size in an error's words is in the unit it reads in: a few kilobytes never read "0.0 MB"."""
+    assert files.size_words(n) == words
