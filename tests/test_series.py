@@ -407,6 +407,11 @@ def test_a_text_series_from_a_list_in_python(gpt_series, monkeypatch):
     for name in names:
         single = audit(str(root / "runs" / "ckpt-100"), weights=name, data=data, layers=[0, 1], **GPT_RUN)
         assert result.audit(name).records() == single.records(), name
+        # the model and the weights each column read, as the single run gives them (the identical checkpoint
+        # names its own files, not those of the one it repeats)
+        assert result.audit(name).info == single.info, name
+        untimed = lambda cols: {k: {f: v for f, v in c.items() if f != "timings_s"} for k, c in cols.items()}  # noqa: E731
+        assert untimed(result.audit(name).columns_meta()) == untimed(single.columns_meta()), name
     points = {(p.checkpoint, p.check): p for p in result.trend() if p.layer == 1}
     assert points[(names[1], "general_position")].verdict == "holds"
     assert points[(names[3], "general_position")].verdict == "fails"
@@ -985,7 +990,7 @@ def test_a_revision_s_audit_read_from_a_series_names_its_own_random_weights(gpt_
     assert "revision step300" in listed["step300"] and listed["step300"] != listed["step100"]
     rc, out, err = run(capsys, "check", *args, "--revision", "step300")
     assert rc == 0, err
-    single = strict_json(out)["meta"]["columns"]
+    single, single_info = strict_json(out)["meta"]["columns"], strict_json(out)["meta"]["model_info"]
     rc, printed, err = run(capsys, "check", *args, "--revision", "step100,step300")
     assert rc == 0, err
     for result in (SeriesResult.from_parquet(series), SeriesResult.from_json(strict_json(printed))):
@@ -997,6 +1002,7 @@ def test_a_revision_s_audit_read_from_a_series_names_its_own_random_weights(gpt_
         assert {k: c["weights_source"] for k, c in columns.items()} == {
             k: c["weights_source"] for k, c in single.items()
         }
+        assert result.audit("step300").info.as_dict() == single_info  # the model's facts, as its single run's
     reference = SeriesResult.from_parquet(series).runs[0].reference
     assert all(c.weights_source == listed["step100"] for c in reference.columns if c.probe.init == "random")
 

@@ -311,7 +311,8 @@ class SeriesResult(StoredSweepResult):
         It holds the reference columns and the checkpoint's trained columns, in the order of the audit's
         table. An identical checkpoint gives the trained columns of the one it repeats. The random columns
         name the weights the series lists for the checkpoint (``random_weights_source`` in ``meta.series``:
-        a revision whose config draws the reference's random weights names them as its single run does).
+        a revision whose config draws the reference's random weights names them as its single run does), and its
+        ``info`` records the weights of each column as that run's does (an identical checkpoint's, its own files).
 
         Args:
             name: the checkpoint's name, as given, or its path (a ``Path``, relative or absolute).
@@ -328,37 +329,50 @@ class SeriesResult(StoredSweepResult):
         own = r.audit_of(wanted)
         if own is None:
             raise KeyError(f"the checkpoint {wanted!r} is not done (the series was interrupted before it)")
-        ref = r.reference
+        ref, sources = r.reference, {"random": self._random_source(wanted), "trained": self._own_source(wanted)}
+        named = lambda c: replace(c, weights_source=sources[c.probe.init]) if sources.get(c.probe.init) else c  # noqa: E731
+        # the weights each init read, as a single run records them: the first loaded (random, where the reference
+        # columns were audited) gives the model's facts, each after it is added
+        first = (ref or own).info
+        used = (*ref.info.weights_used, *own.info.weights_used) if ref is not None else own.info.weights_used
+        info = replace(
+            first,
+            weights_source=sources.get(first.weights) or first.weights_source,
+            weights_used=tuple(replace(w, source=sources.get(w.init) or w.source) for w in used),
+        )
+        own = replace(own, info=info, columns=[named(c) for c in own.columns])
         if ref is None:
             return own
-        drawn = self._random_source(wanted)
-        mine = [replace(c, weights_source=drawn) if drawn and c.probe.init == "random" else c for c in ref.columns]
         place = {v: i for i, v in enumerate(self.variants)}
-        cols = sorted(mine + own.columns, key=lambda c: place.get(c.probe.variant, len(place)))
-        return AuditResult(
-            model=own.model,
-            info=own.info,
-            data=own.data,
-            columns=cols,
-            settings=own.settings,
-            timings=own.timings,
-            skipped=own.skipped,
-            notes=list(dict.fromkeys([*ref.notes, *own.notes])),
-            duplicates=own.duplicates,
-            skips=own.skips,
-            image_policy=own.image_policy,
-        )
+        cols = [named(c) for c in ref.columns] + own.columns
+        cols.sort(key=lambda c: place.get(c.probe.variant, len(place)))
+        return replace(own, columns=cols, notes=list(dict.fromkeys([*ref.notes, *own.notes])))
+
+    def _entry(self, name: str) -> dict:
+        """What the series' ``meta`` lists for the checkpoint ``name`` (empty where it lists nothing)."""
+        series = self.meta_.get("series")
+        entries = series.get("checkpoints") if isinstance(series, dict) else None
+        listed = entries if isinstance(entries, list) else []
+        return next((e for e in listed if isinstance(e, dict) and e.get("name") == name), {})
 
     def _random_source(self, name: str) -> str | None:
         """The words a single run of the checkpoint ``name`` gives the random weights, where the series lists them
         (a revision whose config draws the reference's: ``capacity --from`` reads the reference columns with
         them); None otherwise (the reference columns' own words stand)."""
-        series = self.meta_.get("series")
-        entries = series.get("checkpoints") if isinstance(series, dict) else None
-        for e in entries if isinstance(entries, list) else []:
-            if isinstance(e, dict) and e.get("name") == name and isinstance(e.get("random_weights_source"), str):
-                return e["random_weights_source"]
-        return None
+        drawn = self._entry(name).get("random_weights_source")
+        return drawn if isinstance(drawn, str) else None
+
+    def _own_source(self, name: str) -> str | None:
+        """The words a single run of the checkpoint ``name`` gives its trained weights, where the series lists them
+        (an identical checkpoint carries the audit of the one it repeats, but its weights are its own); None
+        otherwise (its audit's own words stand)."""
+        columns = self._entry(name).get("columns")
+        said = (
+            {c.get("weights_source") for c in columns.values() if isinstance(c, dict)}
+            if isinstance(columns, dict)
+            else set()
+        )
+        return said.pop() if len(said) == 1 and isinstance(next(iter(said)), str) else None
 
     # ------------------------------------------------------------------ records
 
