@@ -4,21 +4,22 @@
 :mod:`.documents`). A row edited by hand (a verdict and its fraction changed together, which no stored record
 contradicts) shows only against the rows that result gives: a series' resume, which writes the rows again from its
 stored result (:mod:`.series.stored_rows`), and ``capacity --from``, which reads the rows of a check run
-(:func:`stored_rows_unlike`), refuse such a file in the same words (:func:`edited`).
+(:func:`stored_rows_unlike`) or those of one checkpoint of a series (:mod:`.capacity.series_file`), refuse such a
+file in the same words (:func:`edited`).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from ._version import __version__
 from .documents import RESULT_KEY, result_from_meta
 from .errors import InputError, Message, clipped, one_line, with_names
 from .tables import StoredSweepResult, records_table, table_rows
 
-__all__ = ["edited", "held_rows_unlike", "stored_rows_unlike"]
+__all__ = ["Rows", "edited", "held_rows_unlike", "stored_rows_unlike"]
 
 #: The metadata that types a result's rows as its file's writer types them (:func:`~mhaaudit.tables.records_table`)
 _TYPING = ("command", "seed_plan")
@@ -30,17 +31,30 @@ def edited(file: Message, unlike: str) -> Message:
     return file + f" holds {unlike}: no run writes that (the file was edited or damaged)"
 
 
+class Rows(Protocol):
+    """What gives a results file's rows: a result's records, and its sweep rows (None: it has none)."""
+
+    def records(self) -> list[dict]:
+        """The records, a row each."""
+        ...
+
+    def sweep_rows(self) -> list[dict] | None:
+        """The sweep rows, written after the records."""
+        ...
+
+
 def held_rows_unlike(
     stored: list[dict],
     columns: Sequence[str],
-    result: StoredSweepResult,
+    result: Rows,
     meta: dict,
     names: Callable[[str], str] | None = None,
     start: int = 0,
+    numbers: Sequence[int] | None = None,
 ) -> str | None:
     """Where ``stored``, a results file's rows read as Python values (``columns``: its columns), differ from the rows
-    its stored ``result`` gives, in words (the first difference, its row counted from ``start``); None when they are
-    the same.
+    its stored ``result`` gives, in words (the first difference, its row counted from ``start``, or numbered as
+    ``numbers`` gives, one a row: rows read from among a file's); None when they are the same.
 
     The rows ``result`` gives are those a save writes for it (its records and sweep rows, the messages in them named
     by ``names``), typed as the file's writer types them for ``meta`` (its command and seed plan): every column the
@@ -64,8 +78,9 @@ def held_rows_unlike(
     for i, (got, row) in enumerate(zip(stored, expected, strict=True), start=start):
         for column, value in row.items():
             if not _same(got[column], value):
+                shown = i if numbers is None else numbers[i - start]
                 return (
-                    f"a row unlike the result its metadata stores (row {i}{_row_label(row)}: {column} is "
+                    f"a row unlike the result its metadata stores (row {shown}{_row_label(row)}: {column} is "
                     f"{clipped(repr(got[column]), 80)} where the stored result gives {clipped(repr(value), 80)})"
                 )
     return None

@@ -803,3 +803,58 @@ def test_from_a_series_without_reference_columns_read_for_them_says_so(capsys, v
                        "--weights", ckpts[1], "--format", "json")  # fmt: skip
     assert rc == 0, err
     assert {r["variant"] for r in json.loads(out)["records"]} == {"trained"}
+
+
+def test_from_a_series_whose_rows_differ_from_its_stored_result_is_refused(capsys, vit4, image_dir, tmp_path):
+    """The rows of a series file that capacity --from reads (the reference's and the checkpoint's, its sweep's too)
+    are held to the audits its metadata stores, as a single run's file is: a row edited by hand is refused in one line
+    naming its row in the file and the cell. The unedited file is read as before, for an audited checkpoint and for
+    one identical to it (whose rows are the audited one's records), and so is a file whose edit lies in rows not
+    read (another checkpoint's)."""
+    import shutil
+
+    from mhaaudit.capacity import capacity_audit
+    from mhaaudit.errors import InputError
+
+    ckpts = [str(shutil.copytree(vit4, tmp_path / f"ckpt-{i}")) for i in (1, 2)]
+    series = tmp_path / "series.parquet"
+    rc, _, err = run(capsys, "check", vit4, "--data", image_dir, *FROM, "--samples", "50", "--sweep",
+                     "--variants", "random,trained", "--checkpoints", ",".join(ckpts), "--out", series)  # fmt: skip
+    assert rc == 0, err
+    table = pq.read_table(series)
+    rows = table.to_pylist()
+    assert {r["identical_to"] for r in rows if r["checkpoint"] == ckpts[1]} == {ckpts[0]}
+    assert any(r["check"] == "sweep" for r in rows) and any(r["check"] == "sweep_estimate" for r in rows)
+
+    def bound(path, ckpt):
+        args = ("--data", image_dir, *FROM, "--from", path, "--weights", ckpt, "--block", "2")
+        return json_run(capsys, vit4, *args)["records"]
+
+    before = {c: bound(series, c) for c in ckpts}
+
+    def edited(whose, name):  # Assumption 2 said to fail for half the examples: verdict, count and fraction alike
+        edit = [dict(r) for r in rows]
+        variant = "random" if whose is None else "trained"
+        want = (whose, variant, "assumption_2")
+        (i,) = [i for i, r in enumerate(edit) if (r["checkpoint"], r["variant"], r["check"]) == want]
+        edit[i] |= {"verdict": "fails", "exact_status": "fails", "fraction": 0.5, "satisfied": 20}
+        edit[i] |= {"ci_low": 0.5, "ci_high": 0.5}
+        return _rewritten(table, tmp_path / name, edit), i + 1
+
+    for whose, read, label in [(None, ckpts[0], "the reference, variant random"),
+                               (ckpts[0], ckpts[0], f"checkpoint {ckpts[0]}, variant trained"),
+                               (ckpts[1], ckpts[1], f"checkpoint {ckpts[1]}, variant trained")]:  # fmt: skip
+        path, row = edited(whose, f"edited-{os.path.basename(whose or 'reference')}.parquet")
+        cap = tmp_path / "capacity.parquet"
+        rc, out, err = run(capsys, "capacity", vit4, "--data", image_dir, *FROM, "--from", path, "--weights", read,
+                           "--block", "2", "--out", cap)  # fmt: skip
+        line = assert_one_error(
+            rc, err, f"--from {path} holds a row unlike the result its metadata stores (row {row}, "
+        )
+        assert f"(row {row}, {label}, layer 1, check assumption_2: satisfied is 20 where the stored result" in line
+        assert line.endswith("no run writes that (the file was edited or damaged); give the file as its run wrote it")
+        assert out == "" and not cap.exists()
+    with pytest.raises(InputError, match=f"from_path {path} holds a row unlike the result its metadata stores"):
+        capacity_audit(str(vit4), from_path=path, weights=ckpts[1], data=str(image_dir), limit=40, block=2)
+    path, _ = edited(ckpts[1], "other.parquet")  # the identical checkpoint's rows edited, the audited one's read
+    assert bound(path, ckpts[0]) == before[ckpts[0]]

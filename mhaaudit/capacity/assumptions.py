@@ -30,7 +30,7 @@ from ..kruskal.stored import record_contradiction
 from ..numerics import numerics, tf32_off
 from ..progress import task
 from ..theory import a1_status
-from .series_file import checkpoint_results
+from .series_file import HeldRows, checkpoint_results, rows_unlike_stored
 
 __all__ = [
     "Assumptions",
@@ -155,9 +155,10 @@ def read_check_results(
             more values than the memory available holds, was written by another command (its metadata names it),
             has no check/variant columns (or no rows), carries malformed mhaaudit metadata or none naming its
             columns, holds the records of several seeds (not one run's verdicts), a series read for no checkpoint
-            of it, a row that no run of check writes (:func:`_check_row_keys`), or (of a single run written by this
-            release) rows other than those of the result its metadata stores (a row edited by hand:
-            :func:`mhaaudit.as_stored.stored_rows_unlike`).
+            of it, a row that no run of check writes (:func:`_check_row_keys`), or (written by this release) rows
+            other than those of the result its metadata stores (a row edited by hand:
+            :func:`mhaaudit.as_stored.stored_rows_unlike`; of a series, the rows read:
+            :func:`.series_file.rows_unlike_stored`).
     """
     p = Path(path)
     if p.is_dir() or not p.exists():
@@ -192,9 +193,9 @@ def read_check_results(
             Param("from_path") + f" {p}: its 'mhaaudit' parquet metadata is malformed "
             "(not what " + Param("check_out") + " writes)"
         )
-    series = "series" in meta
-    if series:  # before the seeds: a series of several seeds is a series first
-        meta, rows = checkpoint_results(p, meta, rows, checkpoint, trained)
+    held: HeldRows | None = None
+    if "series" in meta:  # before the seeds: a series of several seeds is a series first
+        meta, rows, held = checkpoint_results(p, meta, rows, checkpoint, trained)
     if "seed_plan" in meta or "aggregate" in rows[0]:  # its rows are per seed and over the seeds: no one verdict
         raise InputError(
             Param("from_path")
@@ -214,7 +215,10 @@ def read_check_results(
             Param("from_path") + f" {p}: its 'mhaaudit' parquet metadata names no columns, which every results "
             "file of " + Param("check_out") + " does (its weights and layer are read from there)"
         )
-    unlike = None if series else stored_rows_unlike(meta, rows, AuditResult)  # last: the refusals above say more
+    # last: the refusals above say more. A series' rows read are held to the audits it stores of what they were read for
+    unlike = (
+        stored_rows_unlike(meta, rows, AuditResult) if held is None else rows_unlike_stored(meta, held, AuditResult)
+    )
     if unlike is not None:
         raise InputError(edited(Param("from_path") + f" {p}", unlike) + "; give the file as its run wrote it")
     return meta, rows

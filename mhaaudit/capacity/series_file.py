@@ -10,31 +10,48 @@ names (its name as given, or its path) or ``--revision`` names; a run without th
 reference columns alone. A hub revision whose config draws the random weights the reference columns were drawn
 from (the first revision's) lists the words its single run gives them (``random_weights_source``): the reference
 columns are read for it with those, as its own (a series written before they were listed has none: they keep
-the first revision's, which ``capacity`` notes as other weights).
+the first revision's, which ``capacity`` notes as other weights). The rows read are held to the audits of the
+reference and of the checkpoint that the series' metadata stores (:func:`rows_unlike_stored`), as a single run's
+rows are held to its stored result.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from ..errors import InputError, Param, clipped
-from ..tables import SERIES_COLUMNS, utf8_text
+from .._version import __version__
+from ..as_stored import held_rows_unlike
+from ..documents import RESULT_KEY, decode_result
+from ..errors import InputError, Param, clipped, one_line
+from ..tables import SERIES_COLUMNS, table_rows, utf8_text
 
-__all__ = ["checkpoint_results"]
+__all__ = ["HeldRows", "checkpoint_results", "rows_unlike_stored"]
 
 #: What a series tags each record with (the schema's series columns), and the rows only a series writes
 _TAGS = tuple(c.name for c in SERIES_COLUMNS)
 _SERIES_ONLY = "sweep_estimate"
 
 
+@dataclass(frozen=True)
+class HeldRows:
+    """The rows of a series file read for one checkpoint, as the file holds them (tagged), with their places in it
+    (``numbers``, counted from 1), and that checkpoint's name (None: the reference columns' rows alone)."""
+
+    rows: list[dict]
+    numbers: list[int]
+    name: str | None
+
+
 def checkpoint_results(
     p: Path, meta: dict, rows: list[dict], checkpoint: str | os.PathLike | None, trained: bool
-) -> tuple[dict, list[dict]]:
+) -> tuple[dict, list[dict], HeldRows]:
     """The metadata and rows of the series file ``p`` (``meta``, ``rows``) for ``checkpoint`` (its name as given,
     its path, or its revision), as a results file of ``check`` run on that checkpoint alone holds them; without
-    ``trained`` (the run reads no trained column), those of the reference columns alone.
+    ``trained`` (the run reads no trained column), those of the reference columns alone; and those rows as the file
+    holds them, to be held to the series' stored result (:func:`rows_unlike_stored`).
 
     Raises:
         InputError: when the series holds several seeds' runs, ``checkpoint`` is None (with ``trained``), names
@@ -101,7 +118,8 @@ def checkpoint_results(
             + ")"
         )
     tags = (None, name, utf8_text(name))  # a name that is not UTF-8 tags the rows with its bytes' escapes
-    mine = [r for r in rows if r.get("checkpoint") in tags and r.get("check") != _SERIES_ONLY]
+    numbers = [i for i, r in enumerate(rows, start=1) if r.get("checkpoint") in tags and r.get("check") != _SERIES_ONLY]
+    mine = [rows[i - 1] for i in numbers]
     if (own and not any(r.get("checkpoint") is not None for r in mine)) or not mine:
         whose = f"checkpoint {clipped(str(name), 80)}" if own else "its reference"
         raise InputError(
@@ -109,7 +127,50 @@ def checkpoint_results(
             "removed, or the file damaged): give the file as the series wrote it"
         )
     kept = [{k: v for k, v in r.items() if k not in _TAGS} for r in mine]
-    return {k: v for k, v in meta.items() if k != "series"} | {"columns": {**columns, **own}}, kept
+    held = HeldRows(mine, numbers, name)
+    return {k: v for k, v in meta.items() if k != "series"} | {"columns": {**columns, **own}}, kept, held
+
+
+class _Joined:
+    """The rows the audits of a series' reference and of one checkpoint give, tagged as the series tags them."""
+
+    def __init__(self, audits: list[tuple[dict, Any]]) -> None:
+        self.audits = audits
+
+    def records(self) -> list[dict]:
+        """Each audit's records, tagged."""
+        return [tags | r for tags, audit in self.audits for r in audit.records()]
+
+    def sweep_rows(self) -> list[dict]:
+        """Each audit's sweep rows, tagged."""
+        return [tags | r for tags, audit in self.audits for r in audit.sweep_rows() or []]
+
+
+def rows_unlike_stored(meta: dict, held: HeldRows, kind: type) -> str | None:
+    """Where the rows ``held`` of a series file differ from those its stored result gives the reference and the
+    checkpoint they were read for (their ``kind`` audits, one run's: a series of several seeds is refused before),
+    in words; None when they are the same, and when nothing says what they should be (the file stores no result, or
+    another release wrote it). Columns that only other rows fill (a swept column's estimate) are left aside.
+    """
+    if not isinstance(meta.get(RESULT_KEY), dict) or meta.get("version") != __version__:
+        return None
+    try:  # a result edited so that it reads back as no result, or as one whose rows cannot be made, is no run's
+        run = meta[RESULT_KEY]["runs"][0]
+        audits = [] if run["reference"] is None else [(dict.fromkeys(_TAGS), run["reference"])]
+        if held.name is not None:
+            entries = {c["checkpoint"]["name"]: c for c in run["checkpoints"]}
+            entry = entries[held.name]
+            ref = entry["checkpoint"]
+            tags = {"checkpoint": ref["name"], "step": ref["step"], "order": ref["order"]}
+            audited = entries[entry["same_as"]] if entry["status"] == "identical" else entry
+            audits.append((tags | {"identical_to": entry["identical_to"]}, audited["audit"]))
+        joined = _Joined([(tags, decode_result(kind, doc)) for tags, doc in audits])
+        given = {k for r in table_rows(joined.records(), joined.sweep_rows()) for k in r}
+        columns = [c for c in held.rows[0] if c in given or any(r[c] is not None for r in held.rows)]
+        rows = [{c: r[c] for c in columns} for r in held.rows]
+        return held_rows_unlike(rows, columns, joined, meta, numbers=held.numbers)
+    except (InputError, TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
+        return f"a stored result that cannot be read back ({one_line(exc, 160)})"
 
 
 def _named(p: Path, entries: list[dict[str, Any]], given: str, interrupted: bool) -> str:
