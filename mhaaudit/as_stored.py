@@ -63,7 +63,10 @@ def held_rows_unlike(
     rows = table_rows(result.records(), result.sweep_rows())
     if names is not None:
         rows = with_names(rows, names)
-    want = records_table(rows, {k: meta[k] for k in _TYPING if k in meta})  # not stamped with the whole result
+    try:  # not stamped with the whole result
+        want = records_table(rows, {k: meta[k] for k in _TYPING if k in meta})
+    except OverflowError as exc:  # a stored integer past its column's 64 bits: no run writes that row
+        return f"a stored result whose rows cannot be written ({one_line(exc, 160)})"
     del rows
     missing = [c for c in want.column_names if c not in columns]
     extra = [c for c in columns if c not in want.column_names]

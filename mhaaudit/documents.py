@@ -291,7 +291,10 @@ def _decode_float(data, where: str) -> float:
         return math.nan
     if isinstance(data, bool) or not isinstance(data, (int, float)):
         raise ValueError(f"{where}: expected a number, got {data!r}")
-    return float(data)
+    try:
+        return float(data)
+    except OverflowError:  # an integer past float64's range (JSON's integers have none)
+        raise ValueError(f"{where}: {str(data)[:40]}... lies past the range of a float") from None
 
 
 def _decode_str(data, where: str) -> str:

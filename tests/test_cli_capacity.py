@@ -781,6 +781,15 @@ def test_from_a_file_whose_rows_differ_from_its_stored_result_is_refused(capsys,
     bad = _rewritten(table, tmp_path / "bad.parquet", result={**meta["result"], "columns": 5})
     rc, out, err = run(capsys, "capacity", vit4, *FROM, "--from", bad, "--variants", "random", "--block", "2")
     assert_one_error(rc, err, f"--from {bad} holds a stored result that cannot be read back (its metadata: ")
+    for field, value, says in [
+        ("satisfied", 10**30, "whose rows cannot be written"),  # past an int64 column
+        ("fraction", 10**400, "that cannot be read back"),
+    ]:  # past a float: exit 3 before
+        stored = json.loads(json.dumps(meta["result"]))
+        stored["columns"][0]["tests"]["general_position"][field] = value
+        big = _rewritten(table, tmp_path / f"big-{field}.parquet", result=stored)
+        rc, out, err = run(capsys, "capacity", vit4, *FROM, "--from", big, "--variants", "random", "--block", "2")
+        assert_one_error(rc, err, f"--from {big} holds a stored result {says} (")
     other = _rewritten(table, tmp_path / "other.parquet", rows, version="0.0.1")  # another release's rows may differ
     assert bound(other) == bound(tmp_path / "before.parquet")
 
