@@ -199,8 +199,8 @@ def _take_model(
     _check_limit_fits(data, info, probes)
     if info.n > info.d:
         out.note(_n_above_d_note(info), NoteKind.N_ABOVE_D, on_note)
-    if out.info is None or init == "random":
-        out.info = ModelFacts.of(info)
+    if out.info is None or init == "random":  # the random model's facts stand; the weights recorded before are kept
+        out.info = replace(ModelFacts.of(info), weights_used=() if out.info is None else out.info.weights_used)
     out.info = out.info.with_weights(init, info.weights_source, info.weights_read)
     qi = pipeline.query_index(pm, request)
     if request.query_index is not None:  # the report and meta name the query the audit read

@@ -163,10 +163,13 @@ class ModelFacts(Stored):
         return cls(**{**facts, "weights_read": ReadFacts.of(facts.get("weights_read"))})
 
     def with_weights(self, init: str, source: str, read) -> ModelFacts:
-        """These facts with the weights of ``init`` recorded (after any recorded before); ``read``:
-        what loading them read (a ``WeightsRead`` or its dict), None for random weights."""
+        """These facts with the weights of ``init`` recorded (the random weights first, the others after them in
+        the order recorded); ``read``: what loading them read (a ``WeightsRead`` or its dict), None for random
+        weights."""
         used = WeightsUsed(init, source, ReadFacts.of(read))
-        return dataclasses.replace(self, weights_used=(*self.weights_used, used))
+        # random first, whatever the order they were loaded in: one run's facts are the same in every order
+        ordered = sorted((*self.weights_used, used), key=lambda w: w.init != "random")
+        return dataclasses.replace(self, weights_used=tuple(ordered))
 
     def as_dict(self) -> dict:
         """``model_info`` as the ``meta`` gives it."""

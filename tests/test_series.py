@@ -428,6 +428,22 @@ def test_a_text_series_from_a_list_in_python(gpt_series, monkeypatch):
     assert again == result and str(again) == str(result) and again.records() == result.records()
 
 
+def test_the_trained_column_first_keeps_its_weights_in_the_model_s_facts(gpt_series):
+    """A run given the trained column before the random one kept only the random weights in its model's facts (the
+    trained weights' source and what was read of them were lost from ``model_info``): both are recorded, in one
+    order, whichever order the columns are given in, and a series' audit of a checkpoint gives the same facts."""
+    from mhaaudit import audit
+
+    root, names = gpt_series
+    model, data = str(root / "runs" / "ckpt-100"), str(root / "docs.jsonl")
+    given = audit(model, weights=names[1], data=data, variants=["trained", "random"], **GPT_RUN)
+    usual = audit(model, weights=names[1], data=data, variants=["random", "trained"], **GPT_RUN)
+    assert [w.init for w in given.info.weights_used] == ["random", "trained"] and given.info == usual.info
+    assert given.info.as_dict()["trained_weights_source"] == f"local folder {names[1]}"
+    series = audit_series(model, checkpoints=names[:2], data=data, variants=["trained", "random"], **GPT_RUN)
+    assert series.audit(names[1]).info == given.info
+
+
 def test_a_task_model_s_save_and_a_base_model_s_are_one_series(gpt_series, tmp_path):
     """A checkpoint saved from GPT2LMHeadModel names its tensors ``transformer.h.0...``, one saved from GPT2Model
     ``h.0...``: both load into the audited model, so a series mixing them is of one model (it was refused as of

@@ -312,7 +312,8 @@ class SeriesResult(StoredSweepResult):
         table. An identical checkpoint gives the trained columns of the one it repeats. The random columns
         name the weights the series lists for the checkpoint (``random_weights_source`` in ``meta.series``:
         a revision whose config draws the reference's random weights names them as its single run does), and its
-        ``info`` records the weights of each column as that run's does (an identical checkpoint's, its own files).
+        ``info`` records the weights of each column as that run's does (an identical checkpoint's, named as its own
+        files; what was read of them, as of the checkpoint it repeats).
 
         Args:
             name: the checkpoint's name, as given, or its path (a ``Path``, relative or absolute).
@@ -367,12 +368,11 @@ class SeriesResult(StoredSweepResult):
         (an identical checkpoint carries the audit of the one it repeats, but its weights are its own); None
         otherwise (its audit's own words stand)."""
         columns = self._entry(name).get("columns")
-        said = (
-            {c.get("weights_source") for c in columns.values() if isinstance(c, dict)}
-            if isinstance(columns, dict)
-            else set()
-        )
-        return said.pop() if len(said) == 1 and isinstance(next(iter(said)), str) else None
+        listed = columns.values() if isinstance(columns, dict) else ()
+        said = {
+            c.get("weights_source") for c in listed if isinstance(c, dict) and isinstance(c.get("weights_source"), str)
+        }
+        return said.pop() if len(said) == 1 else None
 
     # ------------------------------------------------------------------ records
 
