@@ -162,7 +162,8 @@ def rows_unlike_stored(meta: dict, held: HeldRows, kind: type) -> str | None:
             entry = entries[held.name]
             ref = entry["checkpoint"]
             tags = {"checkpoint": ref["name"], "step": ref["step"], "order": ref["order"]}
-            audited = entries[entry["same_as"]] if entry["status"] == "identical" else entry
+            same = entry["same_as"] if entry["status"] == "identical" else None  # as SeriesRun.audit_of finds it
+            audited = entries.get(same, entry)
             audits.append((tags | {"identical_to": entry["identical_to"]}, audited["audit"]))
         joined = _Joined([(tags, decode_result(kind, doc)) for tags, doc in audits])
         given = {k for r in table_rows(joined.records(), joined.sweep_rows()) for k in r}
