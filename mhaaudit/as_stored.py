@@ -19,7 +19,7 @@ from .documents import RESULT_KEY, result_from_meta
 from .errors import InputError, Message, clipped, one_line, with_names
 from .tables import StoredSweepResult, records_table, table_rows
 
-__all__ = ["Rows", "edited", "held_rows_unlike", "stored_rows_unlike"]
+__all__ = ["Rows", "edited", "held_rows_unlike", "stored_rows_unlike", "unlike_stored"]
 
 #: The metadata that types a result's rows as its file's writer types them (:func:`~mhaaudit.tables.records_table`)
 _TYPING = ("command", "seed_plan")
@@ -49,12 +49,11 @@ def held_rows_unlike(
     result: Rows,
     meta: dict,
     names: Callable[[str], str] | None = None,
-    start: int = 0,
     numbers: Sequence[int] | None = None,
 ) -> str | None:
     """Where ``stored``, a results file's rows read as Python values (``columns``: its columns), differ from the rows
-    its stored ``result`` gives, in words (the first difference, its row counted from ``start``, or numbered as
-    ``numbers`` gives, one a row: rows read from among a file's); None when they are the same.
+    its stored ``result`` gives, in words (the first difference, its row numbered as ``numbers`` gives, one a row,
+    else counted from 0); None when they are the same.
 
     The rows ``result`` gives are those a save writes for it (its records and sweep rows, the messages in them named
     by ``names``), typed as the file's writer types them for ``meta`` (its command and seed plan): every column the
@@ -78,10 +77,10 @@ def held_rows_unlike(
     del want
     if len(stored) != len(expected):
         return f"{len(stored)} rows where the result its metadata stores gives {len(expected)}"
-    for i, (got, row) in enumerate(zip(stored, expected, strict=True), start=start):
+    for i, (got, row) in enumerate(zip(stored, expected, strict=True)):
         for column, value in row.items():
             if not _same(got[column], value):
-                shown = i if numbers is None else numbers[i - start]
+                shown = i if numbers is None else numbers[i]
                 return (
                     f"a row unlike the result its metadata stores (row {shown}{_row_label(row)}: {column} is "
                     f"{clipped(repr(got[column]), 80)} where the stored result gives {clipped(repr(value), 80)})"
@@ -98,11 +97,19 @@ def stored_rows_unlike(meta: dict, rows: list[dict], kind: type[StoredSweepResul
     release writes for the same result). The stored result holds its messages as the file's writer named them, as
     its rows do: it is compared unnamed. Its rows are counted from 1, as ``capacity --from`` counts them.
     """
+    columns, numbers = list(rows[0]) if rows else [], range(1, len(rows) + 1)
+    read = lambda: result_from_meta(kind, meta, "its metadata")  # noqa: E731
+    return unlike_stored(meta, lambda: held_rows_unlike(rows, columns, read(), meta, numbers=numbers))
+
+
+def unlike_stored(meta: dict, compare: Callable[[], str | None]) -> str | None:
+    """What ``compare`` finds unlike the result a results file's metadata ``meta`` stores (it reads that result back
+    and compares the file's rows with it), or that the result cannot be read back, in words; None when nothing says
+    what the rows should be: ``meta`` stores no result, or another release wrote the file."""
     if not isinstance(meta.get(RESULT_KEY), dict) or meta.get("version") != __version__:
         return None
     try:  # a result edited so that it reads back as no result, or as one whose rows cannot be made, is no run's
-        stored = result_from_meta(kind, meta, "its metadata")
-        return held_rows_unlike(rows, list(rows[0]) if rows else [], stored, meta, start=1)
+        return compare()
     except (InputError, TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
         return f"a stored result that cannot be read back ({one_line(exc, 160)})"
 

@@ -22,10 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from .._version import __version__
-from ..as_stored import held_rows_unlike
+from ..as_stored import held_rows_unlike, unlike_stored
 from ..documents import RESULT_KEY, decode_result
-from ..errors import InputError, Param, clipped, one_line
+from ..errors import InputError, Param, clipped
 from ..tables import SERIES_COLUMNS, table_rows, utf8_text
 
 __all__ = ["HeldRows", "checkpoint_results", "rows_unlike_stored"]
@@ -150,28 +149,30 @@ def rows_unlike_stored(meta: dict, held: HeldRows, kind: type) -> str | None:
     """Where the rows ``held`` of a series file differ from those its stored result gives the reference and the
     checkpoint they were read for (their ``kind`` audits, one run's: a series of several seeds is refused before),
     in words; None when they are the same, and when nothing says what they should be (the file stores no result, or
-    another release wrote it). Columns that only other rows fill (a swept column's estimate) are left aside.
+    another release wrote it: :func:`~mhaaudit.as_stored.unlike_stored`). Columns that only other rows fill (a swept
+    column's estimate) are left aside.
     """
-    if not isinstance(meta.get(RESULT_KEY), dict) or meta.get("version") != __version__:
-        return None
-    try:  # a result edited so that it reads back as no result, or as one whose rows cannot be made, is no run's
-        run = meta[RESULT_KEY]["runs"][0]
-        audits = [] if run["reference"] is None else [(dict.fromkeys(_TAGS), run["reference"])]
-        if held.name is not None:
-            entries = {c["checkpoint"]["name"]: c for c in run["checkpoints"]}
-            entry = entries[held.name]
-            ref = entry["checkpoint"]
-            tags = {"checkpoint": ref["name"], "step": ref["step"], "order": ref["order"]}
-            same = entry["same_as"] if entry["status"] == "identical" else None  # as SeriesRun.audit_of finds it
-            audited = entries.get(same, entry)
-            audits.append((tags | {"identical_to": entry["identical_to"]}, audited["audit"]))
-        joined = _Joined([(tags, decode_result(kind, doc)) for tags, doc in audits])
-        given = {k for r in table_rows(joined.records(), joined.sweep_rows()) for k in r}
-        columns = [c for c in held.rows[0] if c in given or any(r[c] is not None for r in held.rows)]
-        rows = [{c: r[c] for c in columns} for r in held.rows]
-        return held_rows_unlike(rows, columns, joined, meta, numbers=held.numbers)
-    except (InputError, TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
-        return f"a stored result that cannot be read back ({one_line(exc, 160)})"
+    return unlike_stored(meta, lambda: _unlike(meta, held, kind))
+
+
+def _unlike(meta: dict, held: HeldRows, kind: type) -> str | None:
+    """:func:`rows_unlike_stored` once the file is known to store a result of this release (raises what reading it
+    back raises)."""
+    run = meta[RESULT_KEY]["runs"][0]
+    audits = [] if run["reference"] is None else [(dict.fromkeys(_TAGS), run["reference"])]
+    if held.name is not None:
+        entries = {c["checkpoint"]["name"]: c for c in run["checkpoints"]}
+        entry = entries[held.name]
+        ref = entry["checkpoint"]
+        tags = {"checkpoint": ref["name"], "step": ref["step"], "order": ref["order"]}
+        same = entry["same_as"] if entry["status"] == "identical" else None  # as SeriesRun.audit_of finds it
+        audited = entries.get(same, entry)
+        audits.append((tags | {"identical_to": entry["identical_to"]}, audited["audit"]))
+    joined = _Joined([(tags, decode_result(kind, doc)) for tags, doc in audits])
+    given = {k for r in table_rows(joined.records(), joined.sweep_rows()) for k in r}
+    columns = [c for c in held.rows[0] if c in given or any(r[c] is not None for r in held.rows)]
+    rows = [{c: r[c] for c in columns} for r in held.rows]
+    return held_rows_unlike(rows, columns, joined, meta, numbers=held.numbers)
 
 
 def _named(p: Path, entries: list[dict[str, Any]], given: str, interrupted: bool) -> str:
