@@ -306,12 +306,15 @@ PARQUET_BATCH_ROWS = 256
 
 def size_words(n: int) -> str:
     """``n`` bytes in words: ``"2.56 GB"``, ``"4.0 MB"``, ``"4.1 kB"``, ``"512 bytes"`` (a size below a tenth of a
-    megabyte in kilobytes or bytes, never ``"0.0 MB"``)."""
-    if n >= 1e9:
-        return f"{n / 1e9:.2f} GB"
-    if n >= 1e5:
-        return f"{n / 1e6:.1f} MB"
-    return f"{n / 1e3:.1f} kB" if n >= 1e3 else f"{n} bytes"
+    megabyte in kilobytes or bytes, never ``"0.0 MB"``). A size is written in the larger unit where its rounded
+    figure would reach it: 99,999 bytes read ``"0.1 MB"``, never ``"100.0 kB"``."""
+    if n < 1000:
+        return f"{n} bytes"
+    for scale, unit, below in ((1e3, "kB", 100.0), (1e6, "MB", 1000.0)):
+        words = f"{n / scale:.1f}"
+        if float(words) < below:
+            return f"{words} {unit}"
+    return f"{n / 1e9:.2f} GB"
 
 
 def memory_limit() -> int:

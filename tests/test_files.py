@@ -353,9 +353,11 @@ def test_the_largest_row_group_is_counted_alone(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize(
     "n, words",
-    [(0, "0 bytes"), (999, "999 bytes"), (4096, "4.1 kB"), (99_999, "100.0 kB"), (100_000, "0.1 MB"),
-     (4_000_000, "4.0 MB"), (2_560_000_000, "2.56 GB")],
+    [(0, "0 bytes"), (999, "999 bytes"), (1000, "1.0 kB"), (4096, "4.1 kB"), (60_000, "60.0 kB"), (99_949, "99.9 kB"),
+     (99_950, "0.1 MB"), (99_999, "0.1 MB"), (100_000, "0.1 MB"), (4_000_000, "4.0 MB"), (999_949_999, "999.9 MB"),
+     (999_950_000, "1.00 GB"), (999_999_999, "1.00 GB"), (2_560_000_000, "2.56 GB")],
 )  # fmt: skip
 def test_sizes_in_words_never_round_to_nothing(n, words):
-    """A size in an error's words is in the unit it reads in: a few kilobytes never read "0.0 MB"."""
+    """A size in an error's words is in the unit it reads in: a few kilobytes never read "0.0 MB", and a figure that
+    rounds up to the next unit is written in it ("0.1 MB", never "100.0 kB")."""
     assert files.size_words(n) == words
