@@ -334,6 +334,28 @@ def test_model_and_checkpoint_folders_with_names_of_any_bytes_are_read(
     assert [strip(x) for x in got["plain"][1]] == [strip(x) for x in got[f"odd{odd}"][1]]
 
 
+def test_two_checkpoints_written_under_one_name_are_refused(vit_series, image_dir, capsys, monkeypatch, tmp_path):
+    """A name that is not UTF-8 is written in the results with its bytes' escapes: a checkpoint named with the byte
+    0xff and one named with the four characters of its escape would be one name there, so the series is refused in
+    one line before any work, naming both, where each alone is audited."""
+    odd = os.fsdecode(b"\xff")
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(vit_series / "runs" / "ckpt-100", tmp_path / f"a{odd}")
+    shutil.copytree(vit_series / "runs" / "ckpt-400", tmp_path / "a\\xff")
+    base = ("check", vit_series / "model", "--data", image_dir, *VIT_RUN, "--variants", "trained", "--out", "s.parquet")
+    rc, out, err = run(capsys, *base, "--checkpoints", f"a{odd},a\\xff")
+    assert rc == 2 and out == "" and not (tmp_path / "s.parquet").exists(), err
+    line = err.strip()
+    assert "\n" not in line and "Traceback" not in line, err
+    assert line.endswith(
+        "checkpoints: a\\udcff and a\\xff would be written as one name, a\\xff, in the results (a name that is not "
+        "UTF-8 is written with its bytes' escapes); rename one"
+    ), line
+    rc, out, err = run(capsys, *base[:-2], "--format", "json", "--checkpoints", f"a{odd},{vit_series}/runs/ckpt-400")
+    assert rc == 0, err
+    assert {r["checkpoint"] for r in json.loads(out)["records"]} == {f"a{odd}", f"{vit_series}/runs/ckpt-400"}
+
+
 def test_a_series_says_each_note_once(vit_series, image_dir, capsys, monkeypatch):
     """Every audit of a series (the reference, each checkpoint) gives the model's and the data's notes again: the
     command line says each once, where a single run says it too, and the results keep them."""

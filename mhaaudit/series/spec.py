@@ -16,7 +16,8 @@ its *order* its place in the series, from 0.
 
 Refused before any work (:func:`resolve_series`), each with one line: a glob that matches nothing,
 a glob whose matches do not each carry one step number of their own (none, several, or two with
-the same step), a checkpoint that is missing or unreadable (a safetensors header that cannot describe
+the same step), two names written as one in the results (a name that is not UTF-8 is written with its
+bytes' escapes), a checkpoint that is missing or unreadable (a safetensors header that cannot describe
 its tensors: :func:`.fit.header_shapes`), two checkpoints that name the same file
 (compared by device and inode, so a link or another spelling of a path is found), a checkpoint of
 another family, width or architecture than the first (its ``config.json``, and the names and
@@ -44,6 +45,7 @@ from ..models.hf_config import VOLATILE_CONFIG, WIDTH_KEYS, canonical, computes,
 from ..models.shards import INDEX_FILES, check_links_inside, check_local_indexes, hub_download, read_index
 from ..request import ModelRequest
 from ..runtime import MAX_INT64
+from ..tables import utf8_text
 from . import fit
 from .fit import form_of, model_fit, refuse_checkpoint_code, refuse_unfitting, refuse_unlike_model, weights_shapes
 from .hub import check_cached_weights, hub_repo
@@ -55,17 +57,9 @@ MAX_CHECKPOINTS = 10_000
 #: The largest step number a name can carry: the records hold the step as a 64-bit integer.
 MAX_STEP = MAX_INT64
 #: The files of a checkpoint that decide the data a run of it reads (its tokenizer, its image preprocessing).
-DATA_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "vocab.txt",
-    "vocab.json",
-    "merges.txt",
-    "spiece.model",
-    "tokenizer.model",
-    "sentencepiece.bpe.model",
-    "preprocessor_config.json",
+DATA_FILES = tuple(
+    "tokenizer.json tokenizer_config.json special_tokens_map.json vocab.txt vocab.json merges.txt spiece.model "  # noqa: SIM905
+    "tokenizer.model sentencepiece.bpe.model preprocessor_config.json".split()
 )
 #: Config keys whose difference makes a checkpoint another family (a width key, ``WIDTH_KEYS``, another width);
 #: any other is another architecture.
@@ -223,8 +217,8 @@ def _local_refs(checkpoints, outputs: Sequence) -> list[CheckpointRef]:
     (less the ``outputs`` of the run).
 
     Raises:
-        InputError: when a glob matches nothing or its step numbers are ambiguous, or the series is longer
-            than :data:`MAX_CHECKPOINTS`.
+        InputError: when a glob matches nothing or its step numbers are ambiguous, the series is longer
+            than :data:`MAX_CHECKPOINTS`, or two names would be written as one in the results.
     """
     named: list[tuple[str, int | None]] = []
     for item in _items(checkpoints):
@@ -235,6 +229,14 @@ def _local_refs(checkpoints, outputs: Sequence) -> list[CheckpointRef]:
             named.append((item, step_of(item)[0]))
         if len(named) > MAX_CHECKPOINTS:
             raise InputError(Param("checkpoints") + f": more than {MAX_CHECKPOINTS} checkpoints; audit fewer at a time")
+    written: dict[str, str] = {}  # the name a checkpoint's rows carry in the results: utf8_text's
+    for name, _ in named:
+        if written.setdefault(utf8_text(name), name) != name:
+            raise InputError(
+                Param("checkpoints") + f": {written[utf8_text(name)]} and {name} would be written as one name, "
+                f"{utf8_text(name)}, in the results (a name that is not UTF-8 is written with its bytes' escapes); "
+                "rename one"
+            )
     return [
         CheckpointRef(name, i, step, path=os.path.abspath(os.path.expanduser(name)))
         for i, (name, step) in enumerate(named)
@@ -462,12 +464,8 @@ def _config(ref: CheckpointRef, path: str) -> dict | None:
 
 def data_files(folder: str) -> dict[str, str]:
     """The sha256 of each of :data:`DATA_FILES` a folder holds (at most 64 MiB each is read)."""
-    out = {}
-    for fn in DATA_FILES:
-        path = os.path.join(folder, fn)
-        if os.path.isfile(path):
-            out[fn] = file_sha256(path)
-    return out
+    paths = {fn: os.path.join(folder, fn) for fn in DATA_FILES}
+    return {fn: file_sha256(path) for fn, path in paths.items() if os.path.isfile(path)}
 
 
 def file_sha256(path: str, limit: int = 64 * 2**20) -> str:
