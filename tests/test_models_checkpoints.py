@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from torch import nn
@@ -222,7 +224,6 @@ def test_a_run_reads_a_weights_files_shapes_once(vit_dir, image_dir, tmp_path, m
     onto the meta device) once: for the check before the first column, the load's own check before the build and
     the list of tensors that the partial read follows, or, for a file whose names the partial read cannot map (it
     is loaded whole), the dtype the report says the file stores (read from the header a second time before)."""
-    import os
     import sys
 
     from safetensors.torch import load_file, save_file
@@ -288,6 +289,31 @@ def test_read_once_keeps_a_files_shapes_while_open_and_reads_a_replaced_file_ane
         assert checkpoints.state_shapes(path) == {"a": (4, 3)} and len(reads) == 2
     checkpoints.state_shapes(path)
     assert len(reads) == 3
+
+
+def test_read_once_reads_anew_a_file_rewritten_in_place_at_its_size_and_modification_time(tmp_path, monkeypatch):
+    """A file rewritten in place (same inode) to the same size, its modification time then set back, is another
+    file: its change time, which no caller can set, tells it apart, and ``read_once`` reads it anew."""
+    import time
+
+    from safetensors.torch import save_file
+
+    from mhaaudit.models.file_reads import read_once
+
+    path = str(tmp_path / "w.safetensors")
+    save_file({"a": torch.zeros(2, 3)}, path)
+    before = os.stat(path)
+    with read_once():
+        assert checkpoints.state_shapes(path) == {"a": (2, 3)}
+        time.sleep(0.05)  # past the file system's clock tick: the rewrite's change time is another
+        other = str(tmp_path / "other.safetensors")
+        save_file({"b": torch.zeros(3, 2)}, other)
+        with open(other, "rb") as src, open(path, "r+b") as dst:  # in place: the inode is kept
+            dst.write(src.read())
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+        after = os.stat(path)
+        assert (after.st_ino, after.st_size, after.st_mtime_ns) == (before.st_ino, before.st_size, before.st_mtime_ns)
+        assert checkpoints.state_shapes(path) == {"b": (3, 2)}
 
 
 def test_read_once_keeps_its_reads_to_the_thread_that_opened_it(tmp_path, monkeypatch):

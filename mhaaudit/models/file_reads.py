@@ -28,7 +28,9 @@ _KEPT: ContextVar[dict | None] = ContextVar("mhaaudit_read_once", default=None)
 @contextmanager
 def read_once() -> Iterator[None]:
     """While open, what :func:`once` reads of a file is read from it once. Kept by the file's identity (device,
-    inode, size and modification time), so that a file replaced meanwhile is read anew; only what is read
+    inode, size, modification and change times), so that a file replaced or rewritten meanwhile is read anew (its
+    change time, which a caller cannot set back as it can the modification time, moves with every write but for
+    one within the file system's clock tick of the read); only what is read
     without the tensors' data is kept (a header, a map of names to shapes), never a tensor, and nothing outlives
     the outermost :func:`read_once`. Each thread has its own: one that opens none reads as if none were open."""
     if _KEPT.get() is not None:  # an outer one keeps the reads
@@ -52,7 +54,7 @@ def once(what: str, path: str, read: Callable[[], _Read]) -> _Read:
     if kept is None:
         return read()
     st = os.stat(path)
-    key = (what, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    key = (what, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     if key not in kept:
         kept[key] = read()
     return kept[key]
