@@ -450,6 +450,45 @@ def test_a_text_series_from_a_list_in_python(gpt_series, monkeypatch):
     assert again == result and str(again) == str(result) and again.records() == result.records()
 
 
+def test_an_identical_checkpoint_split_otherwise_gives_what_its_own_files_read(gpt_series, tmp_path):
+    """A checkpoint whose tensors equal the one before it but are split into other files (two shards and an index,
+    beside one file) is not audited again, yet its audit gives what a single run of it reads of its own files (the
+    bytes, files and tensors of its checkpoint), in ``info``, in its columns and in the series' meta, as that run
+    does; the repeated checkpoint's read was given before."""
+    from safetensors.torch import load_file, save_file
+
+    from mhaaudit import audit
+
+    root, names = gpt_series
+    model, data = str(root / "runs" / "ckpt-100"), str(root / "docs.jsonl")
+    split = tmp_path / "ckpt-300"
+    shutil.copytree(names[1], split, ignore=shutil.ignore_patterns("model.safetensors"))
+    tensors = load_file(os.path.join(names[1], "model.safetensors"))
+    keys = sorted(tensors)
+    parts = {"model-00001-of-00002.safetensors": keys[::2], "model-00002-of-00002.safetensors": keys[1::2]}
+    for fn, part in parts.items():
+        save_file({k: tensors[k] for k in part}, split / fn, metadata={"format": "pt"})
+    weight_map = {k: fn for fn, part in parts.items() for k in part}
+    total = sum(t.numel() * t.element_size() for t in tensors.values())
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (split / "model.safetensors.index.json").write_text(json.dumps(index))
+    series = audit_series(model, checkpoints=[names[1], str(split)], data=data, **GPT_RUN)
+    assert [c.checkpoint.name for c in series.identical()] == [str(split)]
+    single = audit(model, weights=str(split), data=data, **GPT_RUN)
+    before = audit(model, weights=names[1], data=data, **GPT_RUN)
+    read = single.info.as_dict()["trained_weights_read"]
+    assert read != before.info.as_dict()["trained_weights_read"] and read["files_total"] == 2, read
+    mine = series.audit(str(split))
+    assert mine.info == single.info and mine.records() == single.records()
+    untimed = lambda cols: {k: {f: v for f, v in c.items() if f != "timings_s"} for k, c in cols.items()}  # noqa: E731
+    assert untimed(mine.columns_meta()) == untimed(single.columns_meta())
+    (entry,) = [e for e in series.meta()["series"]["checkpoints"] if e["name"] == str(split)]
+    assert entry["weights_read"] == read and entry["columns"], entry
+    assert all(col["weights_read"] == read for col in entry["columns"].values()), entry["columns"]
+    doc = {"meta": series.meta(), "records": series.records()}
+    assert SeriesResult.from_json(json.loads(json.dumps(doc))).audit(str(split)).info == single.info
+
+
 def test_the_trained_column_first_keeps_its_weights_in_the_model_s_facts(gpt_series):
     """A run given the trained column before the random one kept only the random weights in its model's facts (the
     trained weights' source and what was read of them were lost from ``model_info``): both are recorded, in one

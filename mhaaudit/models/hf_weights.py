@@ -31,6 +31,7 @@ from .registry import (
     ModelSpec,
 )
 from .shards import (
+    SAFETENSORS_DTYPES,
     Checkpoint,
     NotPartial,
     WeightsRead,
@@ -237,21 +238,6 @@ def _weight_files(folder: str) -> list[str]:
     return []
 
 
-#: safetensors' dtype codes, as torch names the dtypes
-_SAFETENSORS_DTYPES = {
-    "F64": "float64",
-    "F32": "float32",
-    "F16": "float16",
-    "BF16": "bfloat16",
-    "I64": "int64",
-    "I32": "int32",
-    "I16": "int16",
-    "I8": "int8",
-    "U8": "uint8",
-    "BOOL": "bool",
-}
-
-
 def _stored_dtype(files: list[str]) -> str | None:
     """The dtype(s) the weight ``files`` store, joined by "+", most bytes first (as a partial read reports them),
     from their headers (the ones the load read, within ``file_reads.read_once``) or a memory-mapped look at the
@@ -263,7 +249,7 @@ def _stored_dtype(files: list[str]) -> str | None:
             if f.endswith(".safetensors"):
                 for key, entry in checkpoint_header(f).items():
                     if key != "__metadata__":
-                        dt = _SAFETENSORS_DTYPES.get(entry["dtype"], str(entry["dtype"]).lower())
+                        dt = SAFETENSORS_DTYPES.get(entry["dtype"], str(entry["dtype"]).lower())
                         nbytes[dt] = nbytes.get(dt, 0) + entry["data_offsets"][1] - entry["data_offsets"][0]
                 continue
             state = torch.load(f, map_location="cpu", mmap=True, weights_only=True)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from typing import Literal, overload
 
@@ -44,6 +44,7 @@ from .file_reads import HEADER, once
 __all__ = [
     "INDEX_FILE",
     "INDEX_FILES",
+    "SAFETENSORS_DTYPES",
     "SINGLE_FILE",
     "Checkpoint",
     "NotPartial",
@@ -86,6 +87,21 @@ _LEGACY_SUFFIXES = ((".weight", ".gamma"), (".bias", ".beta"))
 
 class NotPartial(Exception):
     """The checkpoint cannot be read tensor by tensor; load it whole."""
+
+
+#: safetensors' dtype codes, as torch names the dtypes
+SAFETENSORS_DTYPES = {
+    "F64": "float64",
+    "F32": "float32",
+    "F16": "float16",
+    "BF16": "bfloat16",
+    "I64": "int64",
+    "I32": "int32",
+    "I16": "int16",
+    "I8": "int8",
+    "U8": "uint8",
+    "BOOL": "bool",
+}
 
 
 @dataclass(frozen=True)
@@ -187,7 +203,7 @@ class Checkpoint:
     def load_into(self, module: nn.Module, used: set[str], *, prefix: str, misfit: str) -> WeightsRead:
         """Copy the tensors of the ``used`` parameters / buffers of ``module`` from the checkpoint.
 
-        Returns what was read: bytes, files and tensors, and the dtype(s) they are stored in.
+        Returns what was read: bytes, files and tensors, and the dtype(s) they are stored in (:meth:`read_facts`).
 
         Raises:
             NotPartial: when a used parameter has no tensor here under any name the loading code of
@@ -199,11 +215,10 @@ class Checkpoint:
         targets = dict(module.named_parameters(remove_duplicate=False))
         buffers = dict(module.named_buffers(remove_duplicate=False))
         plan: dict[str, list[tuple[str, torch.Tensor]]] = {}
-        for name, key in self.keys_for(module, used, prefix=prefix).items():
+        keys = self.keys_for(module, used, prefix=prefix)
+        for name, key in keys.items():
             dest = targets[name] if name in targets else buffers[name]  # used: names of the module's own tensors
             plan.setdefault(self.weight_map[key], []).append((key, dest))
-        dtype_bytes: dict[str, int] = {}
-        read, count = 0, 0
         for fn in sorted(plan):
             path = self.fetch(fn)
             with _opened(path, self.where) as fh:
@@ -223,13 +238,38 @@ class Checkpoint:
                         raise ModelError(f"{misfit}: {key} holds complex values, the model's are real")
                     with torch.no_grad():
                         dest.copy_(t)
-                    nbytes = t.numel() * t.element_size()
-                    dt = str(t.dtype).removeprefix("torch.")
-                    dtype_bytes[dt] = dtype_bytes.get(dt, 0) + nbytes
-                    read, count = read + nbytes, count + 1
+        return self.read_facts(keys)
+
+    def read_facts(self, keys: Mapping[str, str]) -> WeightsRead:
+        """What :meth:`load_into` reads of the tensors ``keys`` names (parameter name -> the checkpoint's tensor
+        name, as :meth:`keys_for` gives them), from the files' headers alone (those read before, within
+        ``file_reads.read_once``): the bytes of each parameter's tensor, the files that hold them and the dtypes
+        they are stored in, of the checkpoint's bytes, files and tensors.
+
+        Raises:
+            ModelError: when a file cannot be read, its header is not a safetensors header, or it does not hold a
+                tensor its index puts there.
+        """
+        dtype_bytes: dict[str, int] = {}
+        files: set[str] = set()
+        for key in keys.values():
+            fn = self.weight_map[key]
+            path = self.fetch(fn)
+            try:
+                entry = _header(path).get(key)
+            except (OSError, ValueError) as exc:
+                raise ModelError(f"cannot read {fn} of the checkpoint {self.where}: {one_line(exc, 160)}") from exc
+            if not isinstance(entry, dict):
+                raise ModelError(
+                    f"the checkpoint {self.where} is malformed: its index puts {key} in {fn}, which does not hold it"
+                )
+            dt = SAFETENSORS_DTYPES.get(entry["dtype"], str(entry["dtype"]).lower())
+            dtype_bytes[dt] = dtype_bytes.get(dt, 0) + entry["data_offsets"][1] - entry["data_offsets"][0]
+            files.add(fn)
         stored = "+".join(sorted(dtype_bytes, key=lambda d: -dtype_bytes[d])) or "none"
+        read = sum(dtype_bytes.values())
         return WeightsRead(
-            "partial", stored, read, self.total_size, len(plan), len(self.files), count, len(self.weight_map)
+            "partial", stored, read, self.total_size, len(files), len(self.files), len(keys), len(self.weight_map)
         )
 
     def keys_for(self, module: nn.Module, used: set[str], *, prefix: str) -> dict[str, str]:
@@ -395,6 +435,15 @@ def _local_file(folder: str, fn: str) -> str:
     return path
 
 
+def _header(path: str) -> dict:
+    """The checked safetensors header of ``path``, read once within ``file_reads.read_once``.
+
+    Raises:
+        OSError, ValueError: as ``feature_files.safetensors_header``.
+    """
+    return once(HEADER, path, lambda: safetensors_header(path))
+
+
 def _file_header(path: str) -> tuple[list[str], int]:
     """The tensor names of a safetensors file and the bytes of their data (from the header only: the one its
     shapes were checked from, within ``file_reads.read_once``).
@@ -403,7 +452,7 @@ def _file_header(path: str) -> tuple[list[str], int]:
         ModelError: when the file cannot be opened or its header is not a valid safetensors header.
     """
     try:
-        header = once(HEADER, path, lambda: safetensors_header(path))
+        header = _header(path)
     except (OSError, ValueError) as exc:
         raise ModelError(f"cannot read the checkpoint {path}: {one_line(exc, 160)}") from exc
     names = [k for k in header if k != "__metadata__"]

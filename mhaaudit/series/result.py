@@ -34,6 +34,7 @@ from ..checks import REGISTRY
 from ..defaults import DEFAULT_THRESHOLD
 from ..documents import RESULT_KEY
 from ..errors import InputError
+from ..facts import ReadFacts
 from ..kruskal.stored import record_contradiction, sweep_contradiction
 from ..seeds import SeedPlan, SeedRun, SeedsResult, spread
 from ..seeds.check import CHECK_LAYOUT
@@ -66,7 +67,8 @@ class CheckpointRun:
     it carries). ``digest`` is that of its weights files for a checkpoint not in safetensors form (read
     whole), and None when those files are not on this machine (whether it repeats the one before is
     then not decided). ``resumed``: its audit was read back from the results
-    file of an interrupted run."""
+    file of an interrupted run. ``read``: for an identical checkpoint read tensor by tensor, what a single run of it
+    reads of its own files (its tensors are those it repeats, its files may be split otherwise); else None."""
 
     checkpoint: CheckpointRef
     status: str  # audited | identical
@@ -76,6 +78,7 @@ class CheckpointRun:
     same_as: str | None = None
     resumed: bool = False
     timings: dict[str, float] = field(default_factory=dict)
+    read: ReadFacts | None = None
 
 
 @dataclass(repr=False)
@@ -313,7 +316,7 @@ class SeriesResult(StoredSweepResult):
         name the weights the series lists for the checkpoint (``random_weights_source`` in ``meta.series``:
         a revision whose config draws the reference's random weights names them as its single run does), and its
         ``info`` records the weights of each column as that run's does (an identical checkpoint's, named as its own
-        files; what was read of them, as of the checkpoint it repeats).
+        files, and what is read of them: ``CheckpointRun.read``).
 
         Args:
             name: the checkpoint's name, as given, or its path (a ``Path``, relative or absolute).
@@ -331,7 +334,12 @@ class SeriesResult(StoredSweepResult):
         if own is None:
             raise KeyError(f"the checkpoint {wanted!r} is not done (the series was interrupted before it)")
         ref, sources = r.reference, {"random": self._random_source(wanted), "trained": self._own_source(wanted)}
-        named = lambda c: replace(c, weights_source=sources[c.probe.init]) if sources.get(c.probe.init) else c  # noqa: E731
+        reads = {"trained": self.run_of(wanted, run).read}  # an identical checkpoint's own files' read
+
+        def named(c):  # a column's weights, named as that run names them
+            c = replace(c, weights_read=reads[c.probe.init]) if reads.get(c.probe.init) is not None else c
+            return replace(c, weights_source=sources[c.probe.init]) if sources.get(c.probe.init) else c
+
         # the weights each init read, as a single run records them: the first loaded (random, where the reference
         # columns were audited) gives the model's facts, each after it is added
         first = (ref or own).info
@@ -339,7 +347,10 @@ class SeriesResult(StoredSweepResult):
         info = replace(
             first,
             weights_source=sources.get(first.weights) or first.weights_source,
-            weights_used=tuple(replace(w, source=sources.get(w.init) or w.source) for w in used),
+            weights_read=reads.get(first.weights) or first.weights_read,
+            weights_used=tuple(
+                replace(w, source=sources.get(w.init) or w.source, read=reads.get(w.init) or w.read) for w in used
+            ),
         )
         own = replace(own, info=info, columns=[named(c) for c in own.columns])
         if ref is None:

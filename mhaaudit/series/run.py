@@ -51,6 +51,7 @@ from ..auditing import AuditResult, Columns, audit
 from ..distributed import shared
 from ..documents import RESULT_KEY
 from ..errors import InputError, Message, Param, clipped, one_line, with_names
+from ..facts import meta_value
 from ..io import check_results_out, read_parquet_metadata, write_parquet
 from ..models.file_reads import read_once
 from ..progress import log
@@ -337,7 +338,7 @@ def _checkpoint_run(
     digest): identical to the one before, read back from the results file, or audited."""
     digest, before = digests
     if before is not None and digest is not None and before[1] is not None and digest.sha256 == before[1].sha256:
-        return CheckpointRun(ref, "identical", digest=digest, identical_to=before[0].name)
+        return CheckpointRun(ref, "identical", digest=digest, identical_to=before[0].name, read=trained.read_of(ref))
     stored = store.checkpoint(ref, digest)
     if stored is not None:
         return stored
@@ -403,7 +404,7 @@ def _result(
             "same_as": c.same_as,
             "resumed": c.resumed,
             "digest": None if c.digest is None else dataclasses.asdict(c.digest),
-            "weights_read": None if c.audit is None else c.audit.info.as_dict().get("trained_weights_read"),
+            "weights_read": c.audit.info.as_dict().get("trained_weights_read") if c.audit else meta_value(c.read),
             "timings_s": c.timings,
             "columns": checkpoint_columns(runs[0], c, plan),  # capacity --from reads a checkpoint by these
             "random_weights_source": random_source(c.checkpoint, plan),  # the reference columns' source for it

@@ -21,6 +21,7 @@ from ..audit_result import AuditResult
 from ..auditing import audit
 from ..batches import refuse_foreign_vocabulary
 from ..errors import MhaauditError, ModelError, one_line
+from ..facts import ReadFacts, meta_value, weights_read_text
 from ..hub import is_offline
 from ..models import resolve
 from ..models.checkpoints import CHECKPOINT_FILES
@@ -111,6 +112,22 @@ class _Trained:
                 return tensor_digest(ck, ck.keys_for(self.pm.module, self.used, prefix=weights_prefix(self.pm)))
         files = self._weights_files(ref)
         return file_digest(files, ref.name) if files else None
+
+    def read_of(self, ref: CheckpointRef) -> ReadFacts | None:
+        """What a single run of ``ref`` reads of its files (``Checkpoint.read_facts``: from their headers), where it
+        is read tensor by tensor; None for one loaded whole (whose digest is that of its files: a checkpoint
+        identical to another holds the same files, and its read is the other's).
+
+        Raises:
+            ModelError: when a file cannot be read or does not hold a tensor its index puts there.
+        """
+        self._ensure(ref)
+        ck = self._checkpoint(ref) if self.used is not None else None
+        if ck is None or self.used is None:
+            return None
+        with contextlib.suppress(NotPartial):
+            return ReadFacts.of(ck.read_facts(ck.keys_for(self.pm.module, self.used, prefix=weights_prefix(self.pm))))
+        return None
 
     def _weights_files(self, ref: CheckpointRef) -> dict[str, str]:
         """The weights files of ``ref`` (and its config) on this machine, by name: a local file, a local folder's
@@ -264,13 +281,16 @@ def _model_data_files(plan: _Plan) -> dict[str, str] | None:
 def checkpoint_columns(run: SeriesRun, c: CheckpointRun, plan: _Plan) -> dict | None:
     """The columns whose records the checkpoint of ``c`` carries (``SeriesRun.columns_meta``), as a single run of
     it lists them: those of a checkpoint identical to the one before it are the audited one's, but their weights
-    are its own (byte for byte the tensors read), so they name its own source, as ``capacity --from`` reads them
-    (verdicts audited on another source are noted there as other weights of the same shape)."""
+    are its own (byte for byte the tensors read), so they name its own source and what is read of its own files, as
+    ``capacity --from`` reads them (verdicts audited on another source are noted there as other weights of the same
+    shape)."""
     columns = run.columns_meta(c.checkpoint.name)
     if c.status != "identical" or not columns:
         return columns
-    source = _source_words(c.checkpoint, plan)
-    return {name: col | {"weights_source": source} for name, col in columns.items()}
+    own = {"weights_source": _source_words(c.checkpoint, plan)}
+    if c.read is not None:  # what is read of its own files
+        own |= {"weights_read": meta_value(c.read), "weights_read_text": weights_read_text(meta_value(c.read))}
+    return {name: col | own for name, col in columns.items()}
 
 
 def random_source(ref: CheckpointRef, plan: _Plan) -> str | None:
