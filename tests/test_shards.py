@@ -188,6 +188,34 @@ def test_single_safetensors_file_read_in_part(tmp_path):
     assert torch.equal(pm.capture({"input_ids": ids}, [1])[1], _reference(folder, ids)[1])
 
 
+def test_the_read_facts_of_a_checkpoint_are_those_its_tensors_give_when_read(tmp_path):
+    """``Checkpoint.read_facts`` (what a load reads, from the headers alone: a series says it of a checkpoint it does
+    not read again) names each dtype as the tensor safetensors reads is named, and gives for tensors of mixed
+    dtypes, tied names included, the bytes, files and tensors the tensors themselves count."""
+    from safetensors.torch import save_file
+
+    from mhaaudit.feature_files import safetensors_header
+    from mhaaudit.models.shards import SAFETENSORS_DTYPES, Checkpoint
+
+    dtypes = [getattr(torch, name) for name in SAFETENSORS_DTYPES.values() if hasattr(torch, name)]
+    tensors = {f"t{i}": torch.zeros(3, 2).to(dt) for i, dt in enumerate(dtypes)}
+    save_file(tensors, tmp_path / "all.safetensors")
+    header = safetensors_header(str(tmp_path / "all.safetensors"))
+    named = {SAFETENSORS_DTYPES[header[k]["dtype"]] for k in tensors}
+    assert named == {str(t.dtype).removeprefix("torch.") for t in tensors.values()} and len(named) == len(dtypes)
+    parts = {"a.safetensors": {"x": torch.ones(4, 4, dtype=torch.bfloat16)}, "b.safetensors": {"y": torch.ones(2)}}
+    for fn, part in parts.items():
+        save_file(part, tmp_path / fn)
+    weight_map = {"x": "a.safetensors", "y": "b.safetensors"}
+    ck = Checkpoint(str(tmp_path), weight_map, 1000, lambda fn: str(tmp_path / fn))
+    read = ck.read_facts({"p": "x", "q": "x", "r": "y"})  # two parameters tied to one tensor: read for each
+    got = [t for fn, part in parts.items() for k, t in part.items() for _ in range(2 if k == "x" else 1)]
+    assert (read.bytes_read, read.tensors_read) == (sum(t.numel() * t.element_size() for t in got), len(got))
+    assert (read.method, read.stored_dtype, read.files_read, read.files_total) == ("partial", "bfloat16+float32", 2, 2)
+    assert (read.bytes_total, read.tensors_total) == (1000, 2)
+    assert ck.read_facts({"r": "y"}).files_read == 1
+
+
 def test_missing_needed_shard_is_one_error(llama_dir, tmp_path):
     folder = tmp_path / "broken"
     shutil.copytree(llama_dir, folder)
