@@ -445,6 +445,39 @@ def test_a_signal_lost_while_importing_still_ends_the_run(signum, line):
     assert proc.stderr.splitlines() == [f"Error: {line}"]
 
 
+# The same signal's exception raised where Python cannot raise it (a finaliser, or the weakref callback an import's
+# module lock has): Python would print "Exception ignored ..." and its traceback on stderr and go on. The command
+# line's own process says nothing of it: the signal is noted and the run ends on it with its one line.
+_RAISED_IN_A_FINALISER = """
+import signal, sys
+from mhaaudit import ending
+ending.own_the_process()
+from mhaaudit.cli import app
+class Finalised:
+    def __del__(self):
+        ending.note({signum})  # what the handler does before it raises
+        signal.signal({signum}, signal.SIG_IGN)
+        raise app.{ending}()
+Finalised()
+def main(argv=None):
+    sys.stdout.write("the run started\\n")
+    return 0
+app.main = main
+app.run([])
+"""
+
+
+@pytest.mark.parametrize(
+    "signum, ending, line",
+    [(signal.SIGTERM, "Terminated", "terminated (SIGTERM)"), (signal.SIGHUP, "HungUp", "hung up (SIGHUP)")],
+)
+def test_a_signal_raised_in_a_finaliser_is_not_printed_and_still_ends_the_run(signum, ending, line):
+    proc = run_python(_RAISED_IN_A_FINALISER.format(signum=int(signum), ending=ending))
+    assert proc.returncode == 128 + int(signum), proc.stderr
+    assert proc.stdout == ""
+    assert proc.stderr.splitlines() == [f"Error: {line}"]
+
+
 def test_a_watch_started_after_a_signal_counts_from_its_start():
     """:func:`mhaaudit.ending.watch` started after a signal was noted ends the process all the same."""
     script = (

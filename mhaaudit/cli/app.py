@@ -209,6 +209,20 @@ def _is_the_command_line() -> bool:
     return os.path.splitext(script)[0] == "mhaaudit"
 
 
+def _lost_signal_unsaid(unraisable) -> None:
+    """``sys.unraisablehook`` of the command line's own process: a signal's exception that its handler raised where
+    Python cannot raise it (in a finaliser, or the weakref callback an import's module lock has) is not printed
+    ("Exception ignored ..." and a traceback), since the handler noted the signal and the run ends on it with its
+    one line all the same (:func:`run` once the libraries are loaded, else the watch of :mod:`mhaaudit.ending`).
+    Any other goes to the hook there was before."""
+    if isinstance(unraisable.exc_value, (Terminated, KeyboardInterrupt)) and ending.noted() is not None:
+        return
+    _UNRAISABLE(unraisable)
+
+
+_UNRAISABLE = sys.unraisablehook
+if _is_the_command_line():
+    sys.unraisablehook = _lost_signal_unsaid
 _importing = _handle_signals()
 try:  # Ctrl-C (or SIGTERM, SIGHUP) while the libraries load (before main runs) gets the same one line as later on
     import re
