@@ -527,19 +527,20 @@ def refuse_results_file(p: Path) -> None:
 
 
 def _pick(tensors: dict, key: str | None, p: Path) -> torch.Tensor:
-    """The tensor named ``key``, or the only one.
+    """The tensor named ``key`` (a key that is no text, such as the integer 1, by its text, ``"1"``), or the only one.
 
     Raises:
-        InputError: when ``key`` names no tensor, the dict is empty, or it holds several and ``key`` is None.
+        InputError: when the dict is empty, ``key`` names no tensor, or it holds several and ``key`` is None.
     """
-    if key is not None:
-        if key not in tensors:
-            raise InputError(f"{p}: no tensor named {key!r} (found: {', '.join(sorted(map(str, tensors)))})")
-        return tensors[key]
-    if len(tensors) == 1:
-        return next(iter(tensors.values()))
     if not tensors:
         raise InputError(f"{p} holds no tensors")
+    if key is not None:
+        named = [key] if key in tensors else [k for k in tensors if not isinstance(k, str) and str(k) == key]
+        if not named:
+            raise InputError(f"{p}: no tensor named {key!r} (found: {', '.join(sorted(map(str, tensors)))})")
+        return tensors[named[0]]
+    if len(tensors) == 1:
+        return next(iter(tensors.values()))
     names = sorted(map(str, tensors))
     shown = ", ".join(names[:10]) + (", ..." if len(names) > 10 else "")
     raise InputError(f"{p} holds several tensors ({shown}); choose one with " + Param("key"))

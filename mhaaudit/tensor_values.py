@@ -42,5 +42,6 @@ def dense_values(t, where: str, error: type[MhaauditError] = InputError):
         raise error(f"{where}: the tensor is on the meta device: it has a shape but no values (save the real tensor)")
     if t.layout != torch.strided or t.is_nested or t.is_quantized:
         kind = "nested" if t.is_nested else "quantized" if t.is_quantized else str(t.layout).replace("torch.", "")
-        raise error(f"{where}: the tensor is {kind}, not a dense tensor; save it dense (tensor.to_dense())")
+        how = {"quantized": "tensor.dequantize()", "nested": "one tensor of one shape"}.get(kind, "tensor.to_dense()")
+        raise error(f"{where}: the tensor is {kind}, not a dense tensor; save it dense ({how})")
     return t

@@ -225,6 +225,34 @@ def test_a_saved_parameter_and_a_dict_beside_other_entries_are_read_as_their_val
         read_array(tmp_path / "mixed.pt", key="nope")
 
 
+def test_a_torch_file_s_tensors_are_named_by_the_text_of_their_keys(tmp_path, capsys):
+    """A dict saved with keys that are no text (``{1: x, 2: y}``) is read by ``--key 1``, as its keys are listed;
+    a dict whose entries are no tensors (a dict of dicts) holds none, said without an empty list of names."""
+    from clitools import assert_one_error, run
+
+    x, y = torch.randn(40, 8), torch.randn(40, 8)
+    torch.save({1: x, 2: y}, tmp_path / "ints.pt")
+    assert torch.equal(read_array(tmp_path / "ints.pt", key="2")[0], y)
+    torch.save({"1": x, 1: y}, tmp_path / "both.pt")  # the text key, where there is one
+    assert torch.equal(read_array(tmp_path / "both.pt", key="1")[0], x)
+    with pytest.raises(InputError, match=r"no tensor named '3' \(found: 1, 2\)"):
+        read_array(tmp_path / "ints.pt", key="3")
+    rc, out, _ = run(capsys, "kruskal", tmp_path / "ints.pt", "--key", "1", "--samples", "50", "--format", "json")
+    assert rc == 0 and json.loads(out)["sweep"]
+    torch.save({"a": {"b": x}}, tmp_path / "nested.pt")
+    rc, _, err = run(capsys, "kruskal", tmp_path / "nested.pt", "--key", "a.b")
+    assert "found: )" not in assert_one_error(rc, err, "nested.pt holds no tensors")
+
+
+def test_a_quantized_tensor_is_refused_with_the_call_that_makes_it_dense(tmp_path):
+    q = torch.quantize_per_tensor(torch.randn(40, 8), 0.1, 0, torch.qint8)
+    torch.save(q, tmp_path / "q.pt")
+    with pytest.raises(
+        InputError, match=r"the tensor is quantized, not a dense tensor; save it dense \(tensor\.dequantize\(\)\)"
+    ):
+        read_array(tmp_path / "q.pt")
+
+
 def test_parquet_output_names_of_any_bytes_and_any_length_are_written(tmp_path):
     """A name that is not UTF-8 (any bytes a file system takes), and a long one whose temporary's shortened
     name would end inside a character, are written and read back (pyarrow takes names only as UTF-8)."""
