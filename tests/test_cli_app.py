@@ -419,60 +419,47 @@ def test_after_a_signal_the_process_ends_whatever_its_main_thread_waits_on(tmp_p
     assert sorted(os.listdir(tmp_path)) == []  # the staged output and the half-written one are gone
 
 
-# A signal that came while the libraries loaded, whose exception a library then swallowed (a bare except, or a
-# finaliser: Python prints "Exception ignored" and goes on): the handler noted it, so the run never starts.
-_SWALLOWED_WHILE_IMPORTING = """
+# A signal that came while the libraries loaded, whose exception was lost: a library swallowed it (a bare except),
+# or the handler raised it where Python cannot raise it (a finaliser, or the weakref callback an import's module
+# lock has), where Python would print "Exception ignored ..." and a traceback and go on, which the command line's own
+# process does not print. The handler noted the signal, so the run never starts and ends on it with its one line.
+_LOST_WHILE_IMPORTING = """
 import signal, sys
 from mhaaudit import ending
-from mhaaudit.cli import app
-ending.note({signum})  # what the handler does before it raises
-signal.signal({signum}, signal.SIG_IGN)  # and what it leaves behind
+{lose}
 def main(argv=None):
     sys.stdout.write("the run started\\n")
     return 0
 app.main = main
 app.run([])
 """
-
-
-@pytest.mark.parametrize(
-    "signum, line", [(signal.SIGTERM, "terminated (SIGTERM)"), (signal.SIGHUP, "hung up (SIGHUP)")]
-)
-def test_a_signal_lost_while_importing_still_ends_the_run(signum, line):
-    proc = run_python(_SWALLOWED_WHILE_IMPORTING.format(signum=int(signum)))
-    assert proc.returncode == 128 + int(signum), proc.stderr
-    assert proc.stdout == ""
-    assert proc.stderr.splitlines() == [f"Error: {line}"]
-
-
-# The same signal's exception raised where Python cannot raise it (a finaliser, or the weakref callback an import's
-# module lock has): Python would print "Exception ignored ..." and its traceback on stderr and go on. The command
-# line's own process says nothing of it: the signal is noted and the run ends on it with its one line.
-_RAISED_IN_A_FINALISER = """
-import signal, sys
-from mhaaudit import ending
+_LOSES = {
+    "swallowed": """
+from mhaaudit.cli import app
+ending.note({signum})  # what the handler does before it raises
+signal.signal({signum}, signal.SIG_IGN)  # and what it leaves behind
+""",
+    "raised-in-a-finaliser": """
 ending.own_the_process()
 from mhaaudit.cli import app
 class Finalised:
     def __del__(self):
-        ending.note({signum})  # what the handler does before it raises
+        ending.note({signum})
         signal.signal({signum}, signal.SIG_IGN)
         raise app.{ending}()
 Finalised()
-def main(argv=None):
-    sys.stdout.write("the run started\\n")
-    return 0
-app.main = main
-app.run([])
-"""
+""",
+}
 
 
+@pytest.mark.parametrize("how", list(_LOSES))
 @pytest.mark.parametrize(
     "signum, ending, line",
     [(signal.SIGTERM, "Terminated", "terminated (SIGTERM)"), (signal.SIGHUP, "HungUp", "hung up (SIGHUP)")],
 )
-def test_a_signal_raised_in_a_finaliser_is_not_printed_and_still_ends_the_run(signum, ending, line):
-    proc = run_python(_RAISED_IN_A_FINALISER.format(signum=int(signum), ending=ending))
+def test_a_signal_lost_while_importing_still_ends_the_run_with_one_line(how, signum, ending, line):
+    lose = _LOSES[how].format(signum=int(signum), ending=ending)
+    proc = run_python(_LOST_WHILE_IMPORTING.format(lose=lose))
     assert proc.returncode == 128 + int(signum), proc.stderr
     assert proc.stdout == ""
     assert proc.stderr.splitlines() == [f"Error: {line}"]
