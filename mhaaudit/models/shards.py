@@ -245,26 +245,28 @@ class Checkpoint:
             ModelError: when a file cannot be read, its header is not a safetensors header, or it does not hold a
                 tensor its index puts there.
         """
+        by_file: dict[str, list[str]] = {}
+        for key in keys.values():  # a tensor two parameters share counts for each, as it is read for each
+            by_file.setdefault(self.weight_map[key], []).append(key)
         dtype_bytes: dict[str, int] = {}
-        files: set[str] = set()
-        for key in keys.values():
-            fn = self.weight_map[key]
-            path = self.fetch(fn)
+        for fn, listed in by_file.items():
             try:
-                entry = _header(path).get(key)
+                header = _header(self.fetch(fn))
             except (OSError, ValueError) as exc:
                 raise ModelError(f"cannot read {fn} of the checkpoint {self.where}: {one_line(exc, 160)}") from exc
-            if not isinstance(entry, dict):
-                raise ModelError(
-                    f"the checkpoint {self.where} is malformed: its index puts {key} in {fn}, which does not hold it"
-                )
-            dt = SAFETENSORS_DTYPES.get(entry["dtype"], str(entry["dtype"]).lower())
-            dtype_bytes[dt] = dtype_bytes.get(dt, 0) + entry["data_offsets"][1] - entry["data_offsets"][0]
-            files.add(fn)
+            for key in listed:
+                entry = header.get(key)
+                if not isinstance(entry, dict):
+                    raise ModelError(
+                        f"the checkpoint {self.where} is malformed: its index puts {key} in {fn}, which does not "
+                        "hold it"
+                    )
+                dt = SAFETENSORS_DTYPES.get(entry["dtype"], str(entry["dtype"]).lower())
+                dtype_bytes[dt] = dtype_bytes.get(dt, 0) + entry["data_offsets"][1] - entry["data_offsets"][0]
         stored = "+".join(sorted(dtype_bytes, key=lambda d: -dtype_bytes[d])) or "none"
         read = sum(dtype_bytes.values())
         return WeightsRead(
-            "partial", stored, read, self.total_size, len(files), len(self.files), len(keys), len(self.weight_map)
+            "partial", stored, read, self.total_size, len(by_file), len(self.files), len(keys), len(self.weight_map)
         )
 
     def keys_for(self, module: nn.Module, used: set[str], *, prefix: str) -> dict[str, str]:
