@@ -231,11 +231,11 @@ def _local_refs(checkpoints, outputs: Sequence) -> list[CheckpointRef]:
             raise InputError(Param("checkpoints") + f": more than {MAX_CHECKPOINTS} checkpoints; audit fewer at a time")
     written: dict[str, str] = {}  # the name a checkpoint's rows carry in the results: utf8_text's
     for name, _ in named:
-        if written.setdefault(utf8_text(name), name) != name:
+        first = written.setdefault(text := utf8_text(name), name)
+        if first != name:
             raise InputError(
-                Param("checkpoints") + f": {written[utf8_text(name)]} and {name} would be written as one name, "
-                f"{utf8_text(name)}, in the results (a name that is not UTF-8 is written with its bytes' escapes); "
-                "rename one"
+                Param("checkpoints") + f": {first} and {name} would be written as one name, {text}, in the results "
+                "(a name that is not UTF-8 is written with its bytes' escapes); rename one"
             )
     return [
         CheckpointRef(name, i, step, path=os.path.abspath(os.path.expanduser(name)))
