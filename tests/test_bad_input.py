@@ -318,6 +318,10 @@ CASES = [
     ("check-fail-on-empty", "check {vit} --fail-on ','", "--fail-on ',' names no check"),
     # an empty input name is no name, not the current folder (which Path("") would read)
     ("kruskal-features-empty", "kruskal ''", "an empty name names no file or folder"),
+    # an input name that ends in / names a folder, which the parsed path would lose (a.npy/ reading a.npy)
+    ("kruskal-features-ends-in-slash", "kruskal {npy}/", "m.npy/ names a folder, but"),
+    ("kruskal-features-ends-in-dot", "kruskal {npy}/.", "m.npy/. names a folder, but"),
+    ("capacity-from-ends-in-slash", "capacity {vit} --from {npy}/", "m.npy/ names a folder, but"),
     # --- item 7: choices are choices; a renamed option and its new name together
     ("memorize-preset", "memorize --preset paper-fig9", "--preset"),
     ("memorize-task", "memorize --sizes 16 --task sorting", "--task"),

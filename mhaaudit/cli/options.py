@@ -141,14 +141,22 @@ def output_file(value: str | Path) -> Path:
 
 def named_path(value: str | Path) -> Path:
     """A path option's value as a ``Path``, an empty name refused: ``Path("")`` is the current folder, which
-    the user did not name (``--save-features ''`` would write there, ``--from ''`` read it).
+    the user did not name (``--save-features ''`` would write there, ``--from ''`` read it). A name that ends in a
+    path separator (or in ``/.``) names a folder, which ``Path`` would drop: it is refused when what it names
+    without that ending is there and is no folder (``a.npy/`` would read the file ``a.npy``).
 
     Raises:
-        typer.BadParameter: when ``value`` is empty.
+        typer.BadParameter: when ``value`` is empty, or names a folder where a file or other non-folder is.
     """
     if isinstance(value, str) and not value:
         raise typer.BadParameter("an empty name names no file or folder")
-    return Path(value)
+    path = Path(value)
+    separators = tuple(s for s in (os.sep, os.altsep) if s)
+    endings = separators + tuple(s + "." for s in separators)
+    folder = isinstance(value, str) and value.endswith(endings)
+    if folder and os.path.lexists(path) and not os.path.isdir(path):  # (``Path("a.npy/")`` is ``a.npy``)
+        raise typer.BadParameter(f"{value} names a folder, but {path} is not one: give the name of the file")
+    return path
 
 
 def output_option(flag: str, help: str) -> typer.models.OptionInfo:
