@@ -27,6 +27,7 @@ __all__ = [
     "clear",
     "deadline",
     "ending",
+    "hasten",
     "note",
     "noted",
     "own_the_process",
@@ -45,6 +46,7 @@ _WATCHER = 0  # the process whose watch that is (a forked child inherits the pip
 _DEADLINE: float | None = None  # when the watch ends the process (time.monotonic()), once it counts
 _DELAY = 0.0  # the watch's delay
 _OURS = False  # the process is the command line's own: its end is the command line's to make
+_HURRY = threading.Event()  # set by :func:`hasten`: the watch ends the process without waiting out its delay
 
 
 def own_the_process() -> None:
@@ -110,6 +112,17 @@ def _start_count() -> float:
     return _DEADLINE
 
 
+def hasten() -> None:
+    """The exception the signal's handler raised was lost (raised in a finaliser or a weakref callback, where
+    Python cannot raise it): nothing unwinds the run, so this process's watch, once it counts, ends the process
+    now instead of after its delay. Nothing before a signal is noted, or where the process has no watch."""
+    global _DEADLINE
+    if _NOTED is None or not watching():
+        return
+    _DEADLINE = min(_start_count(), time.monotonic())
+    _HURRY.set()
+
+
 def deadline() -> float | None:
     """When this process's watch will end it (on the ``time.monotonic()`` clock), once a signal started its
     count; None before, or where the process has no watch. Work that ends the process itself (a torchrun
@@ -150,7 +163,7 @@ def watch(delay: float, end: Callable[[int], object], signals: Collection[int]) 
                 return
             if got[0] in wanted:
                 break
-        time.sleep(max(0.0, _start_count() - time.monotonic()))
+        _HURRY.wait(max(0.0, _start_count() - time.monotonic()))  # (:func:`hasten` cuts the wait short)
         end(got[0])
 
     threading.Thread(target=wait, name="mhaaudit-signal-watch", daemon=True).start()

@@ -465,6 +465,46 @@ def test_a_signal_lost_while_importing_still_ends_the_run_with_one_line(how, sig
     assert proc.stderr.splitlines() == [f"Error: {line}"]
 
 
+# The same, once the run is under way: the handler raised the signal's exception in a finaliser, so nothing unwinds
+# the run; the watch ends it at once (mhaaudit.ending.hasten), not after its delay of seconds, with the signal's
+# one line and status. The run goes on for 5 s after the finaliser, then says so: an end after it is too late.
+_LOST_MID_RUN = """
+import os, sys, time
+from mhaaudit import ending
+ending.own_the_process()
+from mhaaudit.cli import app
+class Finalised:
+    def __del__(self):
+        os.kill(os.getpid(), {signum})
+        for _ in range(1000000):  # the handler runs here, in the finaliser
+            pass
+def command(args=None, prog_name=None, standalone_mode=True):
+    Finalised()
+    time.sleep(5)
+    sys.stdout.write("the run went on\\n")
+    sys.stdout.flush()
+    time.sleep(30)
+    return 0
+app.app = command  # the command line's own handlers, streams and staged outputs around it
+app.run(["a-command"])
+"""
+
+
+@pytest.mark.parametrize(
+    "signum, line",
+    [
+        (signal.SIGTERM, "terminated (SIGTERM)"),
+        (signal.SIGHUP, "hung up (SIGHUP)"),
+        (signal.SIGINT, "interrupted"),
+    ],
+)
+def test_a_signal_lost_in_a_finaliser_mid_run_ends_the_run_at_once(signum, line):
+    proc = run_python(_LOST_MID_RUN.format(signum=int(signum)))
+    assert proc.returncode == 128 + int(signum), proc.stderr
+    assert proc.stdout == ""
+    assert proc.stderr.splitlines() == [f"Error: {line}"]
+
+
 def test_a_watch_started_after_a_signal_counts_from_its_start():
     """:func:`mhaaudit.ending.watch` started after a signal was noted ends the process all the same."""
     script = (

@@ -213,9 +213,11 @@ def _lost_signal_unsaid(unraisable) -> None:
     """``sys.unraisablehook`` of the command line's own process: a signal's exception that its handler raised where
     Python cannot raise it (in a finaliser, or the weakref callback an import's module lock has) is not printed
     ("Exception ignored ..." and a traceback), since the handler noted the signal and the run ends on it with its
-    one line all the same (:func:`run` once the libraries are loaded, else the watch of :mod:`mhaaudit.ending`).
-    Any other goes to the hook there was before."""
+    one line all the same: :func:`run` ends it when the signal came while the libraries loaded, and once the run
+    is under way, which no exception now unwinds, the watch of :mod:`mhaaudit.ending` ends it at once
+    (:func:`mhaaudit.ending.hasten`), its staged outputs removed. Any other goes to the hook there was before."""
     if isinstance(unraisable.exc_value, (Terminated, KeyboardInterrupt)) and ending.noted() is not None:
+        ending.hasten()
         return
     _UNRAISABLE(unraisable)
 
