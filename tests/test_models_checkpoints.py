@@ -122,6 +122,29 @@ def test_a_weights_file_of_another_width_is_refused_before_the_model_is_built(
     assert built == []
 
 
+def test_a_weights_file_whose_blocks_are_wider_is_refused_before_the_model_is_built(vit_dir, tmp_path, monkeypatch):
+    """A tensor of a block, which the library writes under another name than the model's module has for it
+    (``encoder.layer.0.intermediate.dense.bias`` for ``layers.0.mlp...``), is held against the model's shape
+    under that name too, not only the embeddings, whose names are the same in both."""
+    from safetensors.torch import load_file, save_file
+
+    from mhaaudit.models import hf, load_model
+
+    sd = load_file(str(vit_dir / "model.safetensors"))
+    key = "encoder.layer.0.intermediate.dense.bias"
+    assert key in sd, sorted(sd)  # the name the library writes
+    wide = tmp_path / "ffn.safetensors"
+    save_file({**sd, key: torch.zeros(2 * sd[key].shape[0])}, str(wide))
+    built = []
+    real_build = hf._build
+    monkeypatch.setattr(hf, "_build", lambda *a, **k: built.append(a) or real_build(*a, **k))
+    want = tuple(sd[key].shape)
+    says = rf"{wide} do not fit {vit_dir}: {key} has shape \({2 * want[0]},\), the model expects \({want[0]},\)"
+    with pytest.raises(ModelError, match=says):
+        load_model(str(vit_dir), weights="trained", weights_path=str(wide), device="cpu")
+    assert built == []
+
+
 def test_load_fitting():
     src, dst = _net(), nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2))
     checkpoints.load_fitting(dst, {**src.state_dict(), "extra.weight": torch.zeros(1)}, "misfit")

@@ -1333,6 +1333,25 @@ def test_a_shard_that_is_a_folder_is_not_said_to_be_missing(vit_series, tmp_path
         assert_one_error(rc, err, f"{tmp_path / name}: its index names shard-1.safetensors, {says}")
 
 
+def test_a_checkpoint_whose_blocks_are_wider_is_refused_before_any_work(
+    vit_series, tmp_path, capsys, monkeypatch, no_work
+):
+    """A block's tensor, which the library writes under another name than the model's module has for it, is held
+    against the model's shape before any work, whether the checkpoint comes first or after one that fits (the line
+    then names it, not the one that fits)."""
+    from safetensors.torch import load_file, save_file
+
+    monkeypatch.chdir(vit_series)
+    sd = load_file(str(vit_series / "runs" / "ckpt-100" / "model.safetensors"))
+    key = "encoder.layer.0.intermediate.dense.bias"
+    wide = tmp_path / "ffn-step9.safetensors"
+    save_file({**sd, key: torch.zeros(2 * sd[key].shape[0])}, str(wide))
+    says = f"{wide} does not fit the model model: its tensor {key} has shape ({2 * sd[key].shape[0]},)"
+    for spec in (str(wide), f"{wide},runs/ckpt-100", f"runs/ckpt-100,{wide}"):
+        rc, err = _bad(capsys, tmp_path, spec)
+        assert_one_error(rc, err, says)
+
+
 def test_a_torch_checkpoint_of_another_width_is_refused_before_any_work(
     vit_series, vit_dir_wide, tmp_path, capsys, monkeypatch, no_work
 ):

@@ -37,6 +37,7 @@ from .shards import (
     WeightsRead,
     empty_init,
     read_index,
+    saved_names,
 )
 
 _FIT_FIELDS = ("model_type", "hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size")
@@ -139,7 +140,10 @@ def _build(
 def model_shapes(cfg: Any, trust_remote_code: bool) -> tuple[dict[str, tuple[int, ...]], str] | None:
     """The shapes of the state dict of the model ``cfg`` builds, and the prefix a checkpoint of its task model
     puts before its tensor names: built on the meta device (no memory taken, nothing drawn), to hold a
-    checkpoint's tensors against before any is read. None when it cannot be built here (the load says why)."""
+    checkpoint's tensors against before any is read. Each tensor is there under its name in the model and, where
+    the library writes it under another (``shards.saved_names``: ViT's ``layers.0.attention.q_proj.weight`` is
+    written ``encoder.layer.0.attention.attention.query.weight``), under that name too, as a load reads either.
+    None when it cannot be built here (the load says why)."""
     from transformers import AutoModel
 
     try:
@@ -148,6 +152,8 @@ def model_shapes(cfg: Any, trust_remote_code: bool) -> tuple[dict[str, tuple[int
     except Exception:  # noqa: BLE001 - remote code not trusted, a config the library refuses: the build says
         return None
     shapes = {k: tuple(v.shape) for k, v in module.state_dict().items()}
+    saved = saved_names(module, set(shapes))
+    shapes |= {saved[k]: shape for k, shape in shapes.items() if saved[k] not in shapes}
     return shapes, getattr(module, "base_model_prefix", "") or ""
 
 
