@@ -201,6 +201,27 @@ def test_each_checkpoint_gives_the_records_of_its_own_check_run(vit_series, imag
     assert len(estimates) == 5 and all(r["floor"] <= r["estimate"] <= r["ceiling"] for r in estimates)
 
 
+def test_torch_files_of_the_same_bytes_under_other_names_are_one_checkpoint(vit_series, image_dir, tmp_path, capsys):
+    """Weights files named by themselves and loaded whole are compared by their bytes, not by their names: a copy
+    of the file before is reported identical to it and not audited again, and its records are that file's."""
+    from safetensors.torch import load_file
+
+    for i, step in ((1, 100), (2, 200)):
+        sd = load_file(str(vit_series / "runs" / f"ckpt-{step}" / "model.safetensors"))
+        torch.save(sd, tmp_path / f"b-step{i}.bin")
+    shutil.copyfile(tmp_path / "b-step2.bin", tmp_path / "b-step3.bin")
+    args = ("check", vit_series / "model", "--data", image_dir, *VIT_RUN, "--variants", "trained", "--format", "json")
+    rc, out, err = run(capsys, *args, "--checkpoints", tmp_path / "b-step*.bin")
+    assert rc == 0, err
+    doc = strict_json(out)
+    names = [str(tmp_path / f"b-step{i}.bin") for i in (1, 2, 3)]
+    ck = {c["name"]: c for c in doc["meta"]["series"]["checkpoints"]}
+    assert [ck[n]["status"] for n in names] == ["audited", "audited", "identical"]
+    assert ck[names[2]]["identical_to"] == names[1] and ck[names[2]]["digest"] == ck[names[1]]["digest"]
+    assert ck[names[0]]["digest"]["sha256"] != ck[names[1]]["digest"]["sha256"]
+    assert _own(doc["records"], names[2]) == _own(doc["records"], names[1])
+
+
 def test_inputs_over_the_memory_kept_are_read_again_and_said_so(vit_series, image_dir, capsys, monkeypatch):
     """When the prepared inputs outgrow the memory kept for them, each later checkpoint reads the data again,
     one line on stderr says so once, and the records are those of the run that kept them."""

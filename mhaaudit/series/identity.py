@@ -10,7 +10,8 @@ does not audit it again.
 
 A checkpoint that is not read tensor by tensor (a ``pytorch_model.bin``, a timm checkpoint: loaded
 whole) gets a :func:`file_digest` instead, where its files are on this machine: the SHA-256 of each
-weights file (and config) as stored, by name. Equal files give the same model, so equal digests
+weights file (and config) as stored, by name (a weights file named by itself under one name for all,
+so that its bytes alone count). Equal files give the same model, so equal digests
 again mean the same numbers; a digest of files never equals one of tensors.
 """
 

@@ -130,9 +130,10 @@ class _Trained:
         return None
 
     def _weights_files(self, ref: CheckpointRef) -> dict[str, str]:
-        """The weights files of ``ref`` (and its config) on this machine, by name: a local file, a local folder's
-        files a load reads them from, or a hub revision's files in the local cache; empty when no weights file is
-        there (a hub revision not yet downloaded)."""
+        """The weights files of ``ref`` (and its config) on this machine, by name: a local file (under one name for
+        every such file, so that two files of the same bytes are the same checkpoint), a local folder's files a
+        load reads them from, or a hub revision's files in the local cache; empty when no weights file is there (a
+        hub revision not yet downloaded)."""
         if ref.revision is not None:
             repo = resolve(self.plan.base.model, backend=self.plan.base.backend).resolved
 
@@ -141,8 +142,8 @@ class _Trained:
 
         else:
             assert ref.path is not None, "a local checkpoint has a path"
-            if os.path.isfile(ref.path):
-                return {os.path.basename(ref.path): ref.path}
+            if os.path.isfile(ref.path):  # no name of its own: its bytes are the checkpoint, whatever its name
+                return {"the weights file": ref.path}
             folder = ref.path
 
             def local(fn: str) -> str | None:
