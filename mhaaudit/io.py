@@ -89,7 +89,7 @@ def refuse_inputs(outputs: dict[str, str | os.PathLike | None], inputs: list[str
         OutputError: when an output is, or lies inside, an existing input, or names the same place as another output.
     """
     given = [(option, out) for option, out in outputs.items() if out is not None]
-    named = [_local_part(i) for i in inputs if i is not None]
+    named = [local_part(i) for i in inputs if i is not None]
     ins = [i for i in named if os.path.lexists(os.path.expanduser(str(i)))]
     for option, out in given:
         for i in ins:
@@ -145,7 +145,7 @@ def check_results_out(out: object, option: str, inputs: list, *, writer: bool) -
     return path
 
 
-def _local_part(data: str | os.PathLike) -> str | os.PathLike:
+def local_part(data: str | os.PathLike) -> str | os.PathLike:
     """An input as a path: a data argument that names a local dataset folder behind the hub prefix
     (``hf:``, ``hub:``) is that folder; anything else as it is."""
     text = str(data)

@@ -720,6 +720,40 @@ def test_an_interrupted_series_resumes_from_the_checkpoints_done(vit_series, ima
     assert_one_error(rc, err, "holds a series run with other settings")
 
 
+def test_a_results_file_of_other_files_under_the_same_names_is_not_resumed(
+    vit_series, image_dir, capsys, monkeypatch, tmp_path
+):
+    """The model and data named alike (``model``, ``images``) in another folder, or a data folder whose files
+    changed since the results file was written, are other settings: the file is refused, never resumed with
+    records of other data; the same files resume."""
+    for place, count in (("here", 48), ("there", 40)):
+        shutil.copytree(vit_series / "model", tmp_path / place / "model")
+        for step in (100, 200):
+            shutil.copytree(vit_series / "runs" / f"ckpt-{step}", tmp_path / place / "runs" / f"ckpt-{step}")
+        (tmp_path / place / "images").mkdir()
+        for p in sorted(image_dir.iterdir())[:count]:
+            shutil.copyfile(p, tmp_path / place / "images" / p.name)
+    out = tmp_path / "series.parquet"
+    args = ("check", "model", "--data", "images", *VIT_RUN, "--variants", "trained", "--format", "json")
+    args += ("--checkpoints", "runs/ckpt-100,runs/ckpt-200", "--out", out)
+    monkeypatch.chdir(tmp_path / "here")
+    rc, first, err = run(capsys, *args)
+    assert rc == 0, err
+    rc, again, err = run(capsys, *args)  # the same files: resumed
+    assert rc == 0 and strict_json(again)["records"] == strict_json(first)["records"], err
+    assert all(c["resumed"] for c in strict_json(again)["meta"]["series"]["checkpoints"])
+    monkeypatch.chdir(tmp_path / "there")
+    before = out.read_bytes()
+    rc, text, err = run(capsys, *args)
+    assert text == "" and out.read_bytes() == before
+    assert_one_error(rc, err, "holds a series run with other settings")
+    monkeypatch.chdir(tmp_path / "here")
+    next(iter(sorted((tmp_path / "here" / "images").iterdir()))).unlink()  # the data folder changed in place
+    rc, text, err = run(capsys, *args)
+    assert text == "" and out.read_bytes() == before
+    assert_one_error(rc, err, "holds a series run with other settings")
+
+
 def _forge(path, edit) -> None:
     """Rewrite the results file ``path`` with ``edit`` applied to its stored result (its rows kept)."""
     import pyarrow.parquet as pq

@@ -66,6 +66,7 @@ from .result import CheckpointRun, SeriesResult, SeriesRun, StoredContradiction
 from .spec import CheckpointRef, Series
 from .stored_rows import rows_unlike_result
 from .trained import _Trained, checkpoint_columns, random_source
+from .where import local_state
 
 __all__ = ["audit_series"]
 
@@ -227,12 +228,14 @@ def audit_series(
 
 
 def _key(plan: _Plan, settings: Settings, seeds: SeedPlan | None) -> dict:
-    """What a run's results depend on, but the checkpoints: the model, data, settings, columns and seeds
-    (a results file of other settings is not resumed)."""
+    """What a run's results depend on, but the checkpoints: the model, data, settings, columns and seeds, and of
+    the model and data that are local files, their real place and their files' names, sizes and modification
+    times (``where.local_state``): a results file of other settings is not resumed."""
     what = {
         "model": dataclasses.asdict(plan.base),
         "source": plan.series.source,
         "data": dataclasses.asdict(plan.data),
+        "local": {"model": local_state(plan.base.model), "data": local_state(plan.data.data)},
         "settings": {k: v for k, v in settings.as_dict().items()},
         "columns": {"order": list(plan.order), "layer": plan.columns.layer, "sweep": plan.columns.sweep},
         "seeds": None if seeds is None else seeds.as_dict(),
