@@ -53,6 +53,33 @@ def test_only_atol_stays_only_atol_when_the_rescaled_atol_underflows():
     assert rule.atol == 0.0 and rule.rtol_for(5, 7) == 0.0
 
 
+@pytest.mark.parametrize("scale, atol", [(1e-300, 1e10), (1e-315, 1e-3)])
+def test_an_absolute_tolerance_that_overflows_in_the_units_is_reported_as_given(scale, atol):
+    """Data so small that the absolute tolerance divided by their power of two overflows (to infinity, where every
+    singular value is below it, as below ``atol`` itself): the ranks are the rule's (0), and every tolerance
+    reported is ``atol``, not infinity: a witness's, a context matrix's (so that Assumption 2 is decided under the
+    rule, not left unavailable), and a memorisation certificate's."""
+    from mhaaudit.capacity import certify_head_prefixes
+    from mhaaudit.contexts import assumption_2, context_ranks
+    from mhaaudit.kruskal import subset_test
+
+    rule = RankRule.for_dtype(torch.float64, atol=atol)
+    g = torch.Generator().manual_seed(0)
+    E = torch.randn(2, 2, 3, generator=g, dtype=torch.float64)
+    E[1] *= scale
+    with subnormals_kept():  # (a subnormal reference too)
+        want = [int(torch.linalg.matrix_rank(E[b], atol=atol, rtol=0)) for b in range(2)]
+    rank, _, _, tol = context_ranks(E, rule)
+    assert rank.tolist() == want and want[1] == 0 and tol[1] == atol
+    result = assumption_2(E, rule)
+    assert (result.verdict, result.full, result.deficient) == ("fails", want.count(2), want.count(0) + want.count(1))
+    X = torch.randn(6, 3, generator=g, dtype=torch.float64) * scale
+    test = subset_test(X, 2, samples=20, rule=rule, device="cpu")
+    assert test.verdict == "fails" and test.witness is not None and test.witness.tol == atol
+    (cert,) = certify_head_prefixes(X, 3, [1], rule=rule)
+    assert cert.rank == 0 and cert.tolerance == atol
+
+
 def test_subnormal_data_are_rescaled_exactly_even_inside_numerics():
     X = torch.tensor([[3e-310, -1e-315], [5e-324, 0.0]], dtype=torch.float64)
     X32 = torch.tensor([[1e-40, 3e-39]], dtype=torch.float32)

@@ -264,7 +264,7 @@ def certify_head_prefixes(
                 rank_cap=min(T, h * d),
                 rows=tuple(int(i) for i in rows),
                 residual=residual,
-                tolerance=float(unit.to_data(tol)),  # in Z's own units
+                tolerance=float(unit.tol_to_data(tol)),  # in Z's own units
                 sigma_max=float(unit.to_data(smax)),
                 method=f"rank: {how}; weights: {solver} solve",
                 seconds=round(time.perf_counter() - t0, 3),

@@ -249,7 +249,7 @@ class Gram:
                 self.full = self.X @ self.X.T
             self.route = "full"
         else:
-            self.unit = Unit(src.to(device), unit.exponent, unit.rule)
+            self.unit = Unit(src.to(device), unit.exponent, unit.rule, unit.atol)
             self.route = "mmap" if src.mapped else "per-draw"
 
     @property

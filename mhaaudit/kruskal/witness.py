@@ -74,7 +74,7 @@ def prove(unit: Unit, idx: Sequence[int]) -> Witness | None:
         raise NumericalFailure(f"singular values of {len(idx)} x {unit.shape[1]} rows", ("gesdd", "gesvd", "gejsv"))
     if int(rank) >= len(idx):
         return None
-    return Witness(tuple(idx), tuple(float(v) for v in unit.to_data(s).cpu()), float(unit.to_data(tol)), int(rank))
+    return Witness(tuple(idx), tuple(float(v) for v in unit.to_data(s).cpu()), float(unit.tol_to_data(tol)), int(rank))
 
 
 def _prove_within(unit: Unit, idx: Sequence[int], budget: _Budget) -> Witness | None:

@@ -198,7 +198,9 @@ def _decided(found, maxdiag: torch.Tensor, gram, rows, n: int, d: int, rule: Ran
     smaller than the largest of its batch is decided on its own scale (``_OWN_SCALE_BELOW``): its entries
     divided by the batch's power of two could lie below float64's normal range, where they are flushed."""
     B = maxdiag.shape[0]
-    unit = Scaled(torch.zeros(0, dtype=torch.float64), e, rule.in_units(e))  # the rule in the units, and back
+    unit = Scaled(
+        torch.zeros(0, dtype=torch.float64), e, rule.in_units(e), rule.atol
+    )  # the rule in the units, and back
     data_rule, rule = rule, unit.rule
     rank = torch.full((B,), n, dtype=torch.long)
     smin, smax = torch.empty(B, dtype=torch.float64), torch.empty(B, dtype=torch.float64)
@@ -216,7 +218,7 @@ def _decided(found, maxdiag: torch.Tensor, gram, rows, n: int, d: int, rule: Ran
         rank[rest], smin[rest], smax[rest] = _spectrum_route(gram(rest), lambda j: rows(rest[j]), d, rule)
     tol = rule.tol(smax, n, d)
     own = (smax < math.sqrt(n * d) * _OWN_SCALE_BELOW).nonzero().squeeze(-1)
-    smin, smax, tol = unit.to_data(smin), unit.to_data(smax), unit.to_data(tol)
+    smin, smax, tol = unit.to_data(smin), unit.to_data(smax), unit.tol_to_data(tol)
     if own.numel():
         rank[own], smin[own], smax[own], tol[own], _ = svd_rank(given(own).cpu(), data_rule)
     return rank, smin, smax, tol

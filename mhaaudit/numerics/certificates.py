@@ -33,6 +33,7 @@ from ..errors import InputError
 from ..workers import worker_pool
 from . import checked
 from .pow2 import exponent_of, ldexp
+from .scale import data_tolerance
 from .subnormals import _flushing, subnormals_kept
 from .threads import intra_op_threads
 
@@ -142,7 +143,8 @@ def _svd_rank(rows: torch.Tensor, rule: RankRule, lenient: tuple[str, list] | No
         atol = ldexp(torch.full_like(smax, rule.atol_value), -e)
         tol = torch.maximum(smax * rule.rtol_for(m, c), atol)
         rank = (s > tol.unsqueeze(-1)).sum(-1)
-        out = rank, ldexp(s[..., -1], e), ldexp(smax, e), ldexp(tol, e), ldexp(s, e[..., None])
+        tol = data_tolerance(ldexp(tol, e), rule.atol)  # (an atol far above tiny data overflows in the units)
+        out = rank, ldexp(s[..., -1], e), ldexp(smax, e), tol, ldexp(s, e[..., None])
     return tuple(t.to(dev) for t in out)
 
 

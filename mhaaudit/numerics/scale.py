@@ -8,7 +8,8 @@ largest absolute entry into [0.5, 1). Multiplying by a power of two is exact (no
 normal number changes), so the rescaled problem is the same problem: its singular values are
 the data's divided by ``2**exponent``, its decisions are the data's decisions, and an absolute
 tolerance is divided with it (``RankRule.in_units``). Results are reported in the data's own
-units (``Scaled.to_data``).
+units (``Scaled.to_data``; a tolerance by ``Scaled.tol_to_data``: an absolute tolerance far above
+tiny data overflows in the units, and is reported as given).
 
 The rescaling happens before subnormals are flushed (``subnormals_kept``): data whose entries
 are themselves subnormal (below 2.2e-308) are brought back to the normal range exactly. Entries
@@ -30,7 +31,7 @@ from .subnormals import subnormals_kept
 if TYPE_CHECKING:
     from .rule import RankRule
 
-__all__ = ["Scaled", "exponent_for", "row_norms", "scaled"]
+__all__ = ["Scaled", "data_tolerance", "exponent_for", "row_norms", "scaled"]
 
 
 @dataclass(frozen=True)
@@ -41,12 +42,29 @@ class Scaled:
     X: torch.Tensor
     exponent: int
     rule: RankRule
+    atol: float | None = None  # the rule's absolute tolerance in the data's units (``rule`` has it in the units)
 
     def to_data(self, v):
         """A singular value or tolerance (number or tensor) back in the data's own units (kept as
         a subnormal where it is one there, even inside ``numerics``)."""
         with subnormals_kept():
             return ldexp(v, self.exponent)
+
+    def tol_to_data(self, tol):
+        """A tolerance (number or tensor) back in the data's own units (:func:`data_tolerance`)."""
+        return data_tolerance(self.to_data(tol), self.atol)
+
+
+def data_tolerance(back, atol: float | None):
+    """A tolerance taken back to the data's units (``back``, a number or tensor), where it is infinite while the
+    data's absolute tolerance ``atol`` is finite: ``atol``. An absolute tolerance divided by a power of two of
+    tiny data (``RankRule.in_units``) overflows to infinity in the units, where every singular value is below it,
+    as it is below ``atol`` in the data's units (the rule's rank 0 either way); the tolerance is ``atol``."""
+    if atol is None or not math.isfinite(atol):
+        return back
+    if isinstance(back, torch.Tensor):
+        return torch.where(torch.isinf(back), torch.full_like(back, float(atol)), back)
+    return float(atol) if math.isinf(back) else back
 
 
 def scaled(X: torch.Tensor, rule: RankRule, top: float | None = None, exponent: int | None = None) -> Scaled:
@@ -67,7 +85,7 @@ def scaled(X: torch.Tensor, rule: RankRule, top: float | None = None, exponent: 
             e = exponent_of(X64)
         if e:
             X64 = ldexp(X64, -e, inplace=X64 is not X)  # a float64 X on a device is not copied by to_float64
-    return Scaled(X64, e, rule.in_units(e))
+    return Scaled(X64, e, rule.in_units(e), rule.atol)
 
 
 def exponent_for(X: torch.Tensor, top: float | None = None) -> int:

@@ -50,6 +50,7 @@ from .checked import NumericalFailure
 from .convert import to_float64, torch_dtype_of
 from .pow2 import ldexp
 from .rule import RankRule, numerics, subnormals_kept
+from .scale import data_tolerance
 
 __all__ = [
     "CHUNK_BYTES",
@@ -495,6 +496,7 @@ class Unit:
     src: Rows
     exponent: int
     rule: RankRule
+    atol: float | None = None  # the rule's absolute tolerance in the data's units (``rule`` has it in the units)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -525,6 +527,10 @@ class Unit:
         with subnormals_kept():
             return ldexp(v, self.exponent)
 
+    def tol_to_data(self, tol):
+        """A tolerance back in the data's own units (``Scaled.tol_to_data``)."""
+        return data_tolerance(self.to_data(tol), self.atol)
+
 
 def unit_of(rows: Rows, rule: RankRule) -> tuple[Unit, Scan]:
     """The rescaled rows and the scan that fixed their power of two (``rule`` in those units).
@@ -536,4 +542,4 @@ def unit_of(rows: Rows, rule: RankRule) -> tuple[Unit, Scan]:
     sc = scan_of(rows)
     if sc.too_small is not None:
         raise InputError(sc.too_small)
-    return Unit(rows, sc.exponent, rule.in_units(sc.exponent)), sc
+    return Unit(rows, sc.exponent, rule.in_units(sc.exponent), rule.atol), sc
