@@ -154,3 +154,21 @@ def test_unions_and_numbers():
     assert mismatches({"$anyOf": ["null", {"a": "integer"}]}, {"a": 1}) == []
     assert mismatches({"$anyOf": ["null", {"a": "integer"}]}, {"a": "x"}) == ["a: expected integer, got string"]
     assert mismatches(["any"], [1, "x", None]) == [] and mismatches({"*": "any"}, {"a": [1]}) == []
+
+
+def test_the_schema_page_names_the_columns_each_json_record_leaves_out():
+    """``docs/reference/schema.md`` says which columns each kind of JSON record leaves out; the pinned records of
+    ``check --format json`` leave out exactly those, and a file's rows (the columns of ``check``) hold them all."""
+    from mhaaudit.tables import COLUMNS
+
+    records = json.loads((FIXTURES / "golden" / "check-image.json").read_text())["structure"]["records"]
+    a2 = next(r for r in records if "min_margin" in r)
+    test = next(r for r in records if "min_margin" not in r)
+    page = (FIXTURES.parent / "docs" / "reference" / "schema.md").read_text()
+    said = " ".join(page.split("A JSON record holds the columns of its own kind:")[1].split("\n\n")[0].split())
+    on_tests, on_a2 = said.split(", and Assumption 2's record leaves out")
+    named = lambda text: set(re.findall(r"`(\w+)`", text))  # noqa: E731
+    every = set(test) | set(a2)
+    assert named(on_tests) == every - set(test) == {"min_margin"}
+    assert named(on_a2) == every - set(a2)
+    assert every <= {c.name for c in COLUMNS["check"]}
