@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 import torch
@@ -143,6 +144,22 @@ def test_a_weights_file_whose_blocks_are_wider_is_refused_before_the_model_is_bu
     with pytest.raises(ModelError, match=says):
         load_model(str(vit_dir), weights="trained", weights_path=str(wide), device="cpu")
     assert built == []
+
+
+def test_a_weights_file_lacking_a_block_tensor_names_that_one(vit_dir, tmp_path):
+    """A file that lacks one tensor of a block, which the library writes under another name than its module's
+    (read through the library's renaming), is said to lack that one, named as it is stored: not every tensor
+    whose name the direct load did not find."""
+    from safetensors.torch import load_file, save_file
+
+    from mhaaudit.models import load_model
+
+    sd = load_file(str(vit_dir / "model.safetensors"))
+    key = "encoder.layer.0.attention.attention.query.weight"
+    lacking = tmp_path / "lacking.safetensors"
+    save_file({k: v for k, v in sd.items() if k != key}, str(lacking))
+    with pytest.raises(ModelError, match=r"do not fit .*: 1 parameter\(s\) missing \(e\.g\. .*" + re.escape(key)):
+        load_model(str(vit_dir), weights="trained", weights_path=str(lacking), device="cpu")
 
 
 def test_load_fitting():

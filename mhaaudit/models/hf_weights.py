@@ -359,25 +359,34 @@ def _load_state_file(
         # from_pretrained would cast a complex tensor into the real parameter its renamed key names: staged
         # without them, the load tells whether any was needed (a parameter is then missing)
         staged_sd = {k: v for k, v in sd.items() if not v.is_complex()} if odd else (sd if wrapped else None)
-        staged = _load_file_as_checkpoint(path, cfg, seed, trust_remote_code, staged_sd)
+        why: list[str] = []
+        staged = _load_file_as_checkpoint(path, cfg, seed, trust_remote_code, staged_sd, why)
         if staged is None and odd:
             raise ModelError(
                 f"the checkpoint {path} holds complex values ({str(odd[0])[:80]}) and does not fit {name} without "
                 f"them ({one_line(direct_error, 160)}); a model's weights are real"
             ) from direct_error
+        if staged is None and why:  # read under the library's names: what it lacks there, not every renamed name
+            raise ModelError(f"the weights in {path} do not fit {name}: {why[0]}") from direct_error
         if staged is None:
             raise direct_error
         return staged
 
 
 def _load_file_as_checkpoint(
-    path: str, cfg: Any, seed: int, trust_remote_code: bool = False, unwrapped: dict | None = None
+    path: str,
+    cfg: Any,
+    seed: int,
+    trust_remote_code: bool = False,
+    unwrapped: dict | None = None,
+    why: list[str] | None = None,
 ) -> nn.Module | None:
     """Load a single weights file through ``from_pretrained`` (checkpoint key renaming, task-head
     prefixes), staged in a scratch folder beside its config (removed at the end, or by
     ``staging.abandon`` when a signal ends the process first). ``unwrapped``: the state dict to stage in the
     file's place (the one a training checkpoint wraps, or the file's real tensors only). None when it does not
-    fit."""
+    fit; then, when the library read it and found parameters missing or of another shape, ``why`` (when given)
+    is told which, in words."""
     from transformers import AutoModel
 
     fname = "model.safetensors" if path.endswith(".safetensors") else "pytorch_model.bin"
@@ -402,7 +411,17 @@ def _load_file_as_checkpoint(
                 )
         except Exception:  # noqa: BLE001 - the caller reports the direct load's clearer error
             return None
-    missing = [k for k in info.get("missing_keys", []) if not is_ignorable(k)]
-    if missing or info.get("mismatched_keys"):
+    missing = sorted(k for k in info.get("missing_keys", []) if not is_ignorable(k))
+    mismatched = list(info.get("mismatched_keys") or [])
+    if missing or mismatched:
+        if why is not None:
+            first = mismatched[0][0] if mismatched and isinstance(mismatched[0], (tuple, list)) else None
+            written = saved_names(module, set(missing[:1])).get(missing[0], missing[0]) if missing else None
+            stored = f", stored as {written}" if written is not None and written != missing[0] else ""
+            why.append(
+                f"{len(missing)} parameter(s) missing (e.g. {missing[0]}{stored})"
+                if missing
+                else f"{len(mismatched)} parameter(s) of the wrong shape (e.g. {first or mismatched[0]})"
+            )
         return None
     return module
