@@ -725,7 +725,7 @@ def test_a_results_file_of_other_files_under_the_same_names_is_not_resumed(
 ):
     """The model and data named alike (``model``, ``images``) in another folder, or a data folder whose files
     changed since the results file was written, are other settings: the file is refused, never resumed with
-    records of other data; the same files resume."""
+    records of other data; the same files resume (a model folder's weights and folders are not its files here)."""
     for place, count in (("here", 48), ("there", 40)):
         shutil.copytree(vit_series / "model", tmp_path / place / "model")
         for step in (100, 200):
@@ -739,7 +739,13 @@ def test_a_results_file_of_other_files_under_the_same_names_is_not_resumed(
     monkeypatch.chdir(tmp_path / "here")
     rc, first, err = run(capsys, *args)
     assert rc == 0, err
-    rc, again, err = run(capsys, *args)  # the same files: resumed
+    # the same files: resumed, a training run's later checkpoints saved in the model's folder notwithstanding (its
+    # weights files and folders, which a series never reads of it)
+    shutil.copytree(vit_series / "runs" / "ckpt-400", tmp_path / "here" / "model" / "checkpoint-400")
+    shutil.copyfile(
+        vit_series / "runs" / "ckpt-400" / "model.safetensors", tmp_path / "here" / "model" / "s4.safetensors"
+    )
+    rc, again, err = run(capsys, *args)
     assert rc == 0 and strict_json(again)["records"] == strict_json(first)["records"], err
     assert all(c["resumed"] for c in strict_json(again)["meta"]["series"]["checkpoints"])
     monkeypatch.chdir(tmp_path / "there")

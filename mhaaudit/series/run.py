@@ -66,7 +66,7 @@ from .result import CheckpointRun, SeriesResult, SeriesRun, StoredContradiction
 from .spec import CheckpointRef, Series
 from .stored_rows import rows_unlike_result
 from .trained import _Trained, checkpoint_columns, random_source
-from .where import local_state
+from .where import MODEL_WEIGHTS, local_state
 
 __all__ = ["audit_series"]
 
@@ -230,12 +230,16 @@ def audit_series(
 def _key(plan: _Plan, settings: Settings, seeds: SeedPlan | None) -> dict:
     """What a run's results depend on, but the checkpoints: the model, data, settings, columns and seeds, and of
     the model and data that are local files, their real place and their files' names, sizes and modification
-    times (``where.local_state``): a results file of other settings is not resumed."""
+    times (``where.local_state``: a model folder's own files but its weights, a data folder's at any depth): a
+    results file of other settings is not resumed."""
     what = {
         "model": dataclasses.asdict(plan.base),
         "source": plan.series.source,
         "data": dataclasses.asdict(plan.data),
-        "local": {"model": local_state(plan.base.model), "data": local_state(plan.data.data)},
+        "local": {
+            "model": local_state(plan.base.model, below=False, skip=MODEL_WEIGHTS),
+            "data": local_state(plan.data.data, below=True),
+        },
         "settings": {k: v for k, v in settings.as_dict().items()},
         "columns": {"order": list(plan.order), "layer": plan.columns.layer, "sweep": plan.columns.sweep},
         "seeds": None if seeds is None else seeds.as_dict(),

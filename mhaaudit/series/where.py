@@ -11,14 +11,22 @@ import stat
 
 from ..io import local_part
 
-__all__ = ["local_state"]
+__all__ = ["MODEL_WEIGHTS", "local_state"]
 
 
-def local_state(name: str | None) -> dict | None:
+#: What a model folder's state leaves out: its weights files, which a series never reads (its reference columns are
+#: built from the configuration, and each checkpoint is compared by its own digest), and which the checkpoints of a
+#: training run saved beside the configuration are
+MODEL_WEIGHTS = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".gguf", ".onnx", ".index.json")
+
+
+def local_state(name: str | None, *, below: bool, skip: tuple[str, ...] = ()) -> dict | None:
     """The real place of the local file or folder ``name`` names (a local data set folder behind ``hf:`` too), how
-    many files it holds and the SHA-256 of their names, sizes and modification times (a folder's files at any
-    depth, its symbolic links to folders not followed); None when ``name`` names nothing here (an alias, a hub id,
-    the built-in data)."""
+    many files it holds and the SHA-256 of their names, sizes and modification times: a folder's own files, and
+    with ``below`` those of its folders at any depth (symbolic links to folders not followed). None when ``name``
+    names nothing here (an alias, a hub id, the built-in data). Files whose names end in one of ``skip`` are left
+    out. A model folder's own files are what its load reads (its checkpoints' folders, which a training run adds to,
+    are not); a data folder's images may lie below it."""
     if not name:
         return None
     path = os.path.expanduser(str(local_part(name)))
@@ -31,8 +39,8 @@ def local_state(name: str | None) -> dict | None:
     count = 0
     if stat.S_ISDIR(st.st_mode):
         for top, folders, files in os.walk(real):
-            folders.sort()
-            for fn in sorted(files):
+            folders[:] = sorted(folders) if below else []
+            for fn in sorted(f for f in files if not f.lower().endswith(skip)):
                 p = os.path.join(top, fn)
                 try:
                     s = os.stat(p)
