@@ -198,9 +198,8 @@ def _decided(found, maxdiag: torch.Tensor, gram, rows, n: int, d: int, rule: Ran
     smaller than the largest of its batch is decided on its own scale (``_OWN_SCALE_BELOW``): its entries
     divided by the batch's power of two could lie below float64's normal range, where they are flushed."""
     B = maxdiag.shape[0]
-    unit = Scaled(
-        torch.zeros(0, dtype=torch.float64), e, rule.in_units(e), rule.atol
-    )  # the rule in the units, and back
+    # the rule in the units, and back
+    unit = Scaled(torch.zeros(0, dtype=torch.float64), e, rule.in_units(e), rule.atol)
     data_rule, rule = rule, unit.rule
     rank = torch.full((B,), n, dtype=torch.long)
     smin, smax = torch.empty(B, dtype=torch.float64), torch.empty(B, dtype=torch.float64)
