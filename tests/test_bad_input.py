@@ -436,6 +436,9 @@ CASES = [
     ("check-seed-2-to-the-63", "check {vit} --seed 9223372036854775808", "--seed must be at most"),
     ("memorize-seed-2-to-the-63", "memorize --sizes 16 --seed 9223372036854775808", "--seed must be at most"),
     ("memorize-seeds-2-to-the-63", "memorize --sizes 16 --seeds 9223372036854775808", "at most 9223372036854775807"),
+    # what a results file holds in an int64 column too, refused before any point is trained
+    ("memorize-check-every-2-to-the-63", "memorize --sizes 16 --check-every 9223372036854775808", "at most 92233720"),
+    ("memorize-epochs-2-to-the-63", "memorize --sizes 16 --epochs 9223372036854775808 --max-steps 5", "at most 92233"),
     # --- settings that mean nothing are refused, not ignored (environment variables: NAME=VALUE first)
     ("device-empty", "kruskal {npy} --device ''", "--device is empty"),
     ("kernels-env-unknown", "MHAAUDIT_KERNELS=gpu kruskal {npy}", "MHAAUDIT_KERNELS='gpu'"),

@@ -270,8 +270,10 @@ def test_a_stored_count_that_is_no_whole_number_is_refused_not_cut(tmp_path, col
     assert again.reused == 2 and again.runs[0].saturation.histogram == (16, 0)
 
 
-def test_a_stored_histogram_that_is_no_json_is_refused(tmp_path):
-    """A histogram stored as text that is no JSON refuses the results file in one line (never a traceback)."""
+@pytest.mark.parametrize("text", ["[16, ", "[" * 200_000 + "]" * 200_000])
+def test_a_stored_histogram_that_is_no_json_is_refused(tmp_path, text):
+    """A histogram stored as text that is no JSON, or JSON nested deeper than Python parses, refuses the results
+    file in one line (never a traceback, nor an internal error)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -280,10 +282,25 @@ def test_a_stored_histogram_that_is_no_json_is_refused(tmp_path):
     run_memorize_grid(**kw)
     table = pq.read_table(out)
     schema = pa.schema([pa.field(f.name, pa.string()) if f.name == "sat_histogram" else f for f in table.schema])
-    rows = [r | {"sat_histogram": "[16, "} for r in table.to_pylist()]
+    rows = [r | {"sat_histogram": text} for r in table.to_pylist()]
     pq.write_table(pa.Table.from_pylist(rows, schema=schema), out)
-    with pytest.raises(InputError, match=r"its row 1 gives sat_histogram = '\[16, ', not a list of whole numbers"):
+    with pytest.raises(InputError, match=r"its row 1 gives sat_histogram = '\[\[?.*, not a list of whole numbers"):
         run_memorize_grid(**kw)
+
+
+def test_a_results_file_of_memorize_s_columns_and_no_row_is_refused(tmp_path):
+    """memorize writes a results file once a point is trained: a file of its columns (or of any) and no row is
+    none of its own, and is refused, never written over."""
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "res.parquet"
+    kw = dict(sizes=[16], max_steps=2, out=out, **TINY)
+    run_memorize_grid(**kw)
+    pq.write_table(pq.read_table(out).slice(0, 0), out)
+    before = out.read_bytes()
+    with pytest.raises(InputError, match="it holds no row, and memorize writes one for every point it trains"):
+        run_memorize_grid(**kw)
+    assert out.read_bytes() == before
 
 
 @pytest.mark.parametrize(

@@ -11,9 +11,19 @@ from dataclasses import asdict, dataclass, fields
 
 from .. import validate
 from ..errors import InputError, Param
+from ..runtime import MAX_INT64
 from .data import CONTEXTS, TASKS
 
 __all__ = ["RECIPE_FIELDS", "Recipe"]
+
+
+def _count(name: Param, value, minimum: int = 1) -> int:
+    """A whole number of the recipe: at least ``minimum``, and at most what its int64 column of the results holds.
+
+    Raises:
+        InputError: when ``value`` is no whole number within those bounds.
+    """
+    return validate.integer(name, value, minimum=minimum, maximum=MAX_INT64)
 
 
 def _positive(name: str | Param, value) -> float:
@@ -45,13 +55,13 @@ class Recipe:
         checked = dict(
             task=validate.choice(Param("task"), self.task, TASKS),
             context=validate.choice(Param("context"), self.context, CONTEXTS),
-            classes=validate.integer(Param("classes"), self.classes, minimum=2),
+            classes=_count(Param("classes"), self.classes, minimum=2),
             tolerance=_positive(Param("tolerance"), self.tolerance),
-            epochs=validate.integer(Param("epochs"), self.epochs) if self.epochs is not None else None,
-            max_steps=validate.integer(Param("max_steps"), self.max_steps) if self.max_steps is not None else None,
+            epochs=_count(Param("epochs"), self.epochs) if self.epochs is not None else None,
+            max_steps=_count(Param("max_steps"), self.max_steps) if self.max_steps is not None else None,
             lr=_positive(Param("lr"), self.lr),
-            batch_size=validate.integer(Param("batch_size"), self.batch_size),
-            check_every=validate.integer(Param("check_every"), self.check_every),
+            batch_size=_count(Param("batch_size"), self.batch_size),
+            check_every=_count(Param("check_every"), self.check_every),
         )
         for name, value in checked.items():
             object.__setattr__(self, name, value)

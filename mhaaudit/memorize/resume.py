@@ -65,7 +65,7 @@ def read_whole_numbers(row: dict) -> str | None:
             continue
         try:
             items = (json.loads(value) if isinstance(value, str) else value) if listed else [value]
-        except ValueError:  # JSON text that is no JSON
+        except (ValueError, RecursionError):  # JSON text that is no JSON, or nested deeper than Python parses
             items = None
         if not isinstance(items, list) or not all(whole_number(v) for v in items):
             shown = clipped(repr(value) if items is None or not listed else str(items), 60)
@@ -203,8 +203,6 @@ def read_results(path: Path, meta: dict) -> dict[str, dict]:
             f"cannot read the existing results file {path} ({exc.__class__.__name__}); move it away or pick another "
             + Param("out")
         ) from exc
-    if not rows:
-        return {}
     key_type = table.schema.field("config_key").type if "config_key" in table.column_names else None
     if key_type is None or not (pa.types.is_string(key_type) or pa.types.is_large_string(key_type)):
         what = "no config_key column" if key_type is None else f"its config_key column holds {key_type}, not text"
@@ -214,6 +212,8 @@ def read_results(path: Path, meta: dict) -> dict[str, dict]:
     if missing:  # every layout memorize has written holds them: there is nothing to read a point back from
         named = ", ".join(missing[:3]) + (f" or {len(missing) - 3} other columns" if len(missing) > 3 else " column")
         raise InputError(refused + f"its rows have no {named}, which every layout of the file has; " + hint)
+    if not rows:  # memorize writes a file once a point is trained: one of its columns and no row is none of its own
+        raise InputError(refused + "it holds no row, and memorize writes one for every point it trains; " + hint)
     for i, r in enumerate(rows, 1):
         # A count cut to an integer would be a count no training wrote; a row that cannot be read is not trained
         # again in silence (the file would be written over without it).

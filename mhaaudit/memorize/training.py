@@ -16,8 +16,11 @@ so), never in between; points that stop leave the stack.
 
 Seeds: a point's one ``torch.Generator`` (on the CPU) is seeded with
 ``derive_seed(seed, "memorize")`` (:func:`mhaaudit.settings.derive_seed`) and draws the data, the
-initial weights and the batch order, in that order; the same seed gives the same point whatever
-grid or group it is trained in.
+initial weights and the batch order, in that order; the same seed draws the same point whatever
+grid or group it is trained in. Its record is the same, bit for bit, in the same group (a resumed
+grid's groups are those of the run it resumes); in another group (or alone) the order of sums
+differs, by float rounding at each step, which thousands of steps can amplify into a memorised count
+a few examples apart.
 """
 
 from __future__ import annotations
