@@ -32,8 +32,7 @@ import torch
 from ..errors import InputError
 from ..workers import worker_pool
 from . import checked
-from .pow2 import exponent_of, ldexp
-from .scale import data_tolerance
+from .pow2 import data_tolerance, exponent_of, ldexp
 from .subnormals import _flushing, subnormals_kept
 from .threads import intra_op_threads
 

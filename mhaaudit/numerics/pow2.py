@@ -1,7 +1,8 @@
 """Exact powers of two: the exponent that brings data into [0.5, 1), and ``x * 2**e`` without rounding.
 
 The arithmetic under the rescaling of :mod:`mhaaudit.numerics.scale` and under a rank rule's
-absolute tolerance in the rescaled units (``RankRule.in_units``); it knows nothing of either.
+absolute tolerance in the rescaled units (``RankRule.in_units``), and a tolerance taken back from
+them (:func:`data_tolerance`); it knows nothing of either.
 
 On the CPU these run in the calling thread (NumPy, or bit operations), never in torch's intra-op
 worker threads: subnormal entries are kept exactly where the caller keeps them
@@ -17,7 +18,7 @@ import math
 import numpy as np
 import torch
 
-__all__ = ["exponent_of", "ldexp", "max_abs"]
+__all__ = ["data_tolerance", "exponent_of", "ldexp", "max_abs"]
 
 
 def _host(x: torch.Tensor) -> bool:
@@ -118,3 +119,15 @@ def ldexp(x, e, inplace: bool = False):
 
 def _np(dtype: torch.dtype):
     return np.float64 if dtype == torch.float64 else np.float32
+
+
+def data_tolerance(back, atol: float | None):
+    """A tolerance taken back to the data's units (``back``, a number or tensor), where it is infinite while the
+    data's absolute tolerance ``atol`` is finite: ``atol``. An absolute tolerance divided by a power of two of
+    tiny data (``RankRule.in_units``) overflows to infinity in the units, where every singular value is below it,
+    as it is below ``atol`` in the data's units (the rule's rank 0 either way); the tolerance is ``atol``."""
+    if atol is None or not math.isfinite(atol):
+        return back
+    if isinstance(back, torch.Tensor):
+        return torch.where(torch.isinf(back), torch.full_like(back, float(atol)), back)
+    return float(atol) if math.isinf(back) else back

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from .convert import to_float64
-from .pow2 import exponent_of, ldexp
+from .pow2 import data_tolerance, exponent_of, ldexp
 from .subnormals import subnormals_kept
 
 if TYPE_CHECKING:
@@ -53,18 +53,6 @@ class Scaled:
     def tol_to_data(self, tol):
         """A tolerance (number or tensor) back in the data's own units (:func:`data_tolerance`)."""
         return data_tolerance(self.to_data(tol), self.atol)
-
-
-def data_tolerance(back, atol: float | None):
-    """A tolerance taken back to the data's units (``back``, a number or tensor), where it is infinite while the
-    data's absolute tolerance ``atol`` is finite: ``atol``. An absolute tolerance divided by a power of two of
-    tiny data (``RankRule.in_units``) overflows to infinity in the units, where every singular value is below it,
-    as it is below ``atol`` in the data's units (the rule's rank 0 either way); the tolerance is ``atol``."""
-    if atol is None or not math.isfinite(atol):
-        return back
-    if isinstance(back, torch.Tensor):
-        return torch.where(torch.isinf(back), torch.full_like(back, float(atol)), back)
-    return float(atol) if math.isinf(back) else back
 
 
 def scaled(X: torch.Tensor, rule: RankRule, top: float | None = None, exponent: int | None = None) -> Scaled:

@@ -48,9 +48,8 @@ from ..hostmem import available_memory  # the one cgroup-aware figure (also batc
 from ..workers import worker_pool
 from .checked import NumericalFailure
 from .convert import to_float64, torch_dtype_of
-from .pow2 import ldexp
+from .pow2 import data_tolerance, ldexp
 from .rule import RankRule, numerics, subnormals_kept
-from .scale import data_tolerance
 
 __all__ = [
     "CHUNK_BYTES",
