@@ -23,7 +23,7 @@ from . import hostmem
 from .documents import METADATA_KEY
 from .errors import InputError, Param
 from .feature_parquet import feature_columns, feature_matrix
-from .files import arrow_source, native_name, parquet_need, read_parquet, regular_file, size_words
+from .files import arrow_source, folder_files, native_name, parquet_need, read_parquet, regular_file, size_words
 from .tensor_values import dense_values, stored_bytes
 
 FEATURE_EXTENSIONS = (".npy", ".pt", ".pth", ".safetensors", ".parquet")
@@ -300,6 +300,8 @@ def read_array(path: str | os.PathLike, key: str | None = None) -> tuple[torch.T
             raise InputError(
                 f"{p} is a folder without features.safetensors (write one with " + Param("save_features") + ")"
             )
+        # a link leading out of the folder is refused, as FeatureSet.load refuses it
+        folder_files(p, InputError, "saved feature folder", keep={cand.name}.__contains__, depth=0)
         p, key = cand, key or "queries"
     if not p.exists():
         raise InputError(f"no such file: {p}")

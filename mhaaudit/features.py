@@ -213,7 +213,8 @@ def _check_saved(
         InputError: naming the field, when meta.json is not an object, n, d or query_index is not an integer in
             range (at most 2^63 - 1), a tensor is missing, a tensor's shape disagrees with (T, d) or with
             meta.json's T, one example's n x d tokens in the features' dtype would take more than 2^63 - 1
-            bytes (no tensor holds them), or n > d beside context ranks that were decided (only n <= d has them).
+            bytes (no tensor holds them), n > d beside context ranks that were decided (only n <= d has them), or a
+            context rank outside 0..min(n, d) (and not -1).
     """
 
     def malformed(what: str) -> str:
@@ -253,7 +254,8 @@ def _check_saved(
             )
         )
     T = q.shape[0]
-    if "T" in meta and meta["T"] != T:
+    given_T = meta.get("T", T)
+    if isinstance(given_T, bool) or not isinstance(given_T, int) or given_T != T:  # (40.0 is no count of examples)
         raise InputError(malformed(f"{files[0]} gives T = {meta['T']!r}, the tensors hold {T} examples"))
     if tuple(tensors["a3"].shape) != tuple(q.shape):
         raise InputError(malformed(f"a3 has shape {tuple(tensors['a3'].shape)}, queries {tuple(q.shape)}"))
@@ -267,6 +269,16 @@ def _check_saved(
             malformed(
                 f"{files[0]} gives n = {n} > d = {d}, but the context ranks were decided (example {i} has rank "
                 f"{int(tensors['context_rank'][i])}), as they are only for n <= d (for n > d each is -1)"
+            )
+        )
+    ranks = tensors["context_rank"]
+    above = ((ranks < -1) | (ranks > min(n, d))).nonzero()  # an n x d matrix's rank is at most min(n, d); -1: none
+    if len(above):
+        i = int(above[0])
+        raise InputError(
+            malformed(
+                f"example {i} has context rank {int(ranks[i])}, where an n x d context matrix (n = {n}, d = {d}) has "
+                f"a rank from 0 to {min(n, d)} (-1 where none was decided)"
             )
         )
     return n, d, query_index

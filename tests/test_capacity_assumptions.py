@@ -177,6 +177,28 @@ def test_a_number_of_the_file_that_no_check_writes_is_refused(tmp_path, change, 
         check_same_examples(tmp_path / "r.parquet", read_check_results(tmp_path / "r.parquet"), limit=40)
 
 
+@pytest.mark.parametrize("fraction", [float("inf"), float("nan"), -3.0, 1.5])
+def test_a_satisfied_fraction_outside_0_to_1_is_refused_in_a_file_of_any_version(tmp_path, fraction):
+    """An A1 row's satisfied fraction no run writes (infinite, NaN, negative, above 1) was read as it stood where
+    the row held no exact basis (a file of an earlier version is not held to its rows): the bound said
+    "holds (satisfied fraction inf)"; it is refused."""
+    import json
+
+    from mhaaudit.errors import InputError
+    from mhaaudit.io import METADATA_KEY
+
+    rows = [
+        {"variant": "random", "check": "assumption_1", "verdict": "holds", "exact_status": None, "k": 6},
+        {"variant": "random", "check": "assumption_2", "verdict": "holds", "exact_status": None, "k": None},
+    ]
+    rows[0] |= {"fraction": fraction, "sampled": True, "exact_basis": None}
+    meta = {"command": "check", "version": "0.0.1", "columns": {"random": {"weights": "random", "layer": 1}}}
+    table = pa.Table.from_pylist(rows).replace_schema_metadata({METADATA_KEY: json.dumps(meta)})
+    pq.write_table(table, tmp_path / "r.parquet")
+    with pytest.raises(InputError, match=r"the assumption_1 row's fraction is .*, not one in \[0, 1\]"):
+        assumptions_from_file(tmp_path / "r.parquet", init="random", layer=1, n=6, d=16)
+
+
 V0 = Path(__file__).resolve().parents[1] / "fixtures" / "results" / "check-v0.parquet"  # rows 6, 7: random's A1, A2
 
 

@@ -218,6 +218,39 @@ def test_a_saved_feature_folder_linking_out_is_refused(tmp_path, capsys, name):
     _assert_same(FeatureSet.load(dest), fs)
 
 
+def test_a_saved_folder_whose_ranks_or_count_no_save_writes_is_refused(tmp_path):
+    """A context rank above what an n x d matrix has (meta.json's n edited below the ranks saved), and a T that is a
+    float, are what no save writes: refused in one line, never read under the n given."""
+    fs = reduce_tokens(_tokens(), 0)
+    dest = fs.save(tmp_path / "feat")
+    meta = json.loads((dest / META_FILE).read_text())
+    (dest / META_FILE).write_text(json.dumps(meta | {"n": 3}))
+    with pytest.raises(
+        InputError, match=r"example 0 has context rank 6, where an n x d context matrix \(n = 3, d = 10\)"
+    ):
+        FeatureSet.load(dest)
+    (dest / META_FILE).write_text(json.dumps(meta | {"T": float(T)}))
+    with pytest.raises(InputError, match=f"meta.json gives T = {float(T)}, the tensors hold {T} examples"):
+        FeatureSet.load(dest)
+    (dest / META_FILE).write_text(json.dumps(meta))
+    _assert_same(FeatureSet.load(dest), fs)
+
+
+def test_read_array_of_a_folder_refuses_its_features_linking_out(tmp_path):
+    """``mhaaudit.io.read_array(folder)`` reads a saved folder's queries as FeatureSet.load does: a
+    features.safetensors that is a symbolic link leading out of the folder is refused, not read."""
+    from mhaaudit.io import read_array
+
+    fs = reduce_tokens(_tokens(), 0)
+    elsewhere, dest = fs.save(tmp_path / "elsewhere"), fs.save(tmp_path / "feat")
+    got, _ = read_array(dest)
+    assert torch.equal(torch.from_numpy(np.array(got.array)), fs.queries)
+    (dest / FEATURES_FILE).unlink()
+    (dest / FEATURES_FILE).symlink_to(elsewhere / FEATURES_FILE)
+    with pytest.raises(InputError, match="outside the saved feature folder"):
+        read_array(dest)
+
+
 def test_an_n_whose_tokens_no_tensor_holds_is_refused(tmp_path):
     """meta.json's n at most 2^63 - 1 but beyond what one example's n x d tokens can be (2^63 - 1 bytes): refused
     where it is read, by load and by checked(); the largest n whose tokens fit is read (beside context ranks of -1:

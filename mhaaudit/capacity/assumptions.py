@@ -487,8 +487,9 @@ def _verdicts(rows: list[dict], *, source: str) -> Assumptions:
 
     Raises:
         ValueError: when an A1 or A2 row's verdict or exact status is not a word ``check`` writes (a file
-            edited by hand, or another program's): read as no verdict, it would go unnoticed; or when the row
-            contradicts itself (:func:`mhaaudit.kruskal.stored.record_contradiction`).
+            edited by hand, or another program's): read as no verdict, it would go unnoticed; when its satisfied
+            fraction is no number in [0, 1]; or when the row contradicts itself
+            (:func:`mhaaudit.kruskal.stored.record_contradiction`).
     """
     out = Assumptions(source=source)
     for r in rows:
@@ -498,6 +499,11 @@ def _verdicts(rows: list[dict], *, source: str) -> Assumptions:
                     raise ValueError(
                         f"the {r['check']} row's {field} is {r.get(field)!r}, not one of {', '.join(map(str, words))}"
                     )
+            fraction = r.get("fraction")
+            if fraction is not None and not (
+                isinstance(fraction, (int, float)) and not isinstance(fraction, bool) and 0 <= fraction <= 1
+            ):  # (NaN fails the bounds) a satisfied fraction no run writes, in a file of any version
+                raise ValueError(f"the {r['check']} row's fraction is {clipped(repr(fraction), 40)}, not one in [0, 1]")
             # a row with an exact status and its basis (every file written since bases were kept) is held to what
             # a run writes; an older row, without them, is read as before
             if r.get("exact_basis") is not None and (why := record_contradiction(r)) is not None:
