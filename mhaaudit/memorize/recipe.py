@@ -57,7 +57,8 @@ class Recipe:
             context=validate.choice(Param("context"), self.context, CONTEXTS),
             classes=_count(Param("classes"), self.classes, minimum=2),
             tolerance=_positive(Param("tolerance"), self.tolerance),
-            epochs=_count(Param("epochs"), self.epochs) if self.epochs is not None else None,
+            # (epochs: bounded with the steps they plan, request._steps_fit, which names the largest that fits)
+            epochs=validate.integer(Param("epochs"), self.epochs) if self.epochs is not None else None,
             max_steps=_count(Param("max_steps"), self.max_steps) if self.max_steps is not None else None,
             lr=_positive(Param("lr"), self.lr),
             batch_size=_count(Param("batch_size"), self.batch_size),

@@ -276,7 +276,8 @@ def _steps_fit(grid: dict, recipe: Recipe) -> None:
     before any work: the plan is computed, never stored, so nothing else sizes memory by the epochs.
 
     Raises:
-        InputError: ``max_steps`` above :data:`~.schedule.MAX_STEPS`, or ``epochs`` that plan more steps.
+        InputError: ``max_steps`` above :data:`~.schedule.MAX_STEPS`, or ``epochs`` that plan more steps (or, capped
+            by ``max_steps``, exceed it themselves).
     """
     if recipe.max_steps is not None and recipe.max_steps > MAX_STEPS:
         raise InputError(Param("max_steps") + f" must be at most {MAX_STEPS} (a record's 64-bit step count)")
@@ -290,6 +291,8 @@ def _steps_fit(grid: dict, recipe: Recipe) -> None:
             + Param("epochs")
             + f" that fits is {MAX_STEPS // spe}"
         )
+    if recipe.epochs is not None and recipe.epochs > MAX_STEPS:  # (capped by max_steps, still a record's count)
+        raise InputError(Param("epochs") + f" must be at most {MAX_STEPS} (a record's 64-bit count)")
 
 
 def _own_grid_fields(request: MemorizeRequest) -> dict:
