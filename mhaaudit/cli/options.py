@@ -128,22 +128,31 @@ def output_file(value: str | Path) -> Path:
     """
     if isinstance(value, str) and not value:  # (``Path("")`` is the current folder)
         raise typer.BadParameter("an empty name names no file")
-    separators = tuple(s for s in (os.sep, os.altsep) if s)
-    if isinstance(value, str) and value.endswith(separators):
-        raise typer.BadParameter(f"{value} ends in {value[-1]}, which names a folder: give the name of a file")
-    last = str(value)
-    for s in separators if isinstance(value, str) else ():
-        last = last.rsplit(s, 1)[-1]
-    if isinstance(value, str) and last in (".", ".."):  # (``Path("x.png/.")`` is ``x.png``)
-        raise typer.BadParameter(f"{value} ends in {last}, which names a folder: give the name of a file")
+    ending = _folder_ending(value) if isinstance(value, str) else None
+    if ending is not None:  # (``Path("x.png/.")`` is ``x.png``)
+        raise typer.BadParameter(f"{value} ends in {ending}, which names a folder: give the name of a file")
     return Path(value)
+
+
+_SEPARATORS = tuple(s for s in (os.sep, os.altsep) if s)
+
+
+def _folder_ending(value: str) -> str | None:
+    """What ends the name ``value`` and makes it name a folder: a path separator, or a last part ``.`` or ``..``
+    (``Path`` drops the first two); None when nothing does."""
+    if value.endswith(_SEPARATORS):
+        return value[-1]
+    last = value
+    for s in _SEPARATORS:
+        last = last.rsplit(s, 1)[-1]
+    return last if last in (".", "..") else None
 
 
 def named_path(value: str | Path) -> Path:
     """A path option's value as a ``Path``, an empty name refused: ``Path("")`` is the current folder, which
     the user did not name (``--save-features ''`` would write there, ``--from ''`` read it). A name that ends in a
-    path separator (or in ``/.``) names a folder, which ``Path`` would drop: it is refused when what it names
-    without that ending is there and is no folder (``a.npy/`` would read the file ``a.npy``).
+    path separator (or whose last part is ``.`` or ``..``) names a folder, which ``Path`` would drop: it is refused
+    when what the path names is there and is no folder (``a.npy/`` would read the file ``a.npy``).
 
     Raises:
         typer.BadParameter: when ``value`` is empty, or names a folder where a file or other non-folder is.
@@ -151,9 +160,7 @@ def named_path(value: str | Path) -> Path:
     if isinstance(value, str) and not value:
         raise typer.BadParameter("an empty name names no file or folder")
     path = Path(value)
-    separators = tuple(s for s in (os.sep, os.altsep) if s)
-    endings = separators + tuple(s + "." for s in separators)
-    folder = isinstance(value, str) and value.endswith(endings)
+    folder = isinstance(value, str) and _folder_ending(value) is not None
     if folder and os.path.lexists(path) and not os.path.isdir(path):  # (``Path("a.npy/")`` is ``a.npy``)
         raise typer.BadParameter(f"{value} names a folder, but {path} is not one: give the name of the file")
     return path
