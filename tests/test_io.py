@@ -270,7 +270,7 @@ def test_parquet_output_names_of_any_bytes_and_any_length_are_written(tmp_path):
 def test_parquet_and_arrow_inputs_with_names_of_any_bytes_are_read(tmp_path, capsys):
     """Every reader of parquet and Arrow files takes a name that is not UTF-8 (pyarrow's readers take only
     UTF-8 names): features, a results file (refused as features; its metadata; a result read back),
-    check results for capacity, memorize's results file, and a data table."""
+    check results for capacity, memorize's results file, and a data table (parquet, Arrow, CSV, TSV)."""
     import shutil
 
     from conftest import FIXTURES
@@ -317,6 +317,10 @@ def test_parquet_and_arrow_inputs_with_names_of_any_bytes_are_read(tmp_path, cap
     os.rename(table, tmp_path / f"a{odd}.arrow")
     assert list(table_of(tmp_path / f"t{odd}.parquet").values("text")) == ["one", "two"]
     assert list(table_of(tmp_path / f"a{odd}.arrow").values("text")) == ["three"]
+    (tmp_path / f"c{odd}.csv").write_text("id,text\n1,four\n2,five\n")
+    (tmp_path / f"s{odd}.tsv").write_text("text\tid\nsix\t1\n")
+    assert list(table_of(tmp_path / f"c{odd}.csv").values("text")) == ["four", "five"]
+    assert list(table_of(tmp_path / f"s{odd}.tsv").values("text")) == ["six"]
 
 
 def test_safetensors_inputs_with_names_of_any_bytes_are_read(tmp_path):

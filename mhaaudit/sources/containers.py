@@ -192,15 +192,18 @@ def _read_delimited(path: Path, parse, read):
     import pyarrow as pa
     import pyarrow.csv as pcsv
 
+    def source():  # a fresh reader each time; pyarrow cannot open a name that is not UTF-8
+        return str(path) if utf8_name(path) else _python_map(path)
+
     try:
-        return pcsv.read_csv(path, parse_options=parse, read_options=read)
+        return pcsv.read_csv(source(), parse_options=parse, read_options=read)
     except pa.ArrowInvalid as exc:
         if _straddles(exc):  # the block is too small for a row: not a matter of types
             raise
-        with pcsv.open_csv(path, parse_options=parse, read_options=read) as reader:  # the first block only
+        with pcsv.open_csv(source(), parse_options=parse, read_options=read) as reader:  # the first block only
             names = reader.schema.names
         return pcsv.read_csv(
-            path,
+            source(),
             parse_options=parse,
             read_options=read,
             convert_options=pcsv.ConvertOptions(column_types={n: pa.string() for n in names}),
