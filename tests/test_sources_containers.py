@@ -204,6 +204,52 @@ def test_a_txt_file_that_is_not_utf8_is_refused_naming_the_byte(tmp_path):
         list(text_source(str(tmp_path / "t.txt")))
 
 
+def test_a_txt_file_is_read_a_block_at_a_time_as_it_was_read_whole(tmp_path, monkeypatch):
+    """A .txt file is split into documents a block at a time (it was read whole: a file larger than memory was an
+    internal error, MemoryError): the documents are those of the whole text split at its blank lines, for blocks of
+    any size (a blank line, a carriage return or a character across two blocks), and a byte that is not UTF-8 is
+    named by its place in the file, whichever block holds it."""
+    import random
+    import re
+
+    from mhaaudit.sources import text as text_module
+
+    rng = random.Random(0)
+    path = tmp_path / "t.txt"
+    texts = ["".join(rng.choice("ab \t\n\n\r\u00e9") for _ in range(rng.randint(0, 60))) for _ in range(200)]
+    texts += ["one\n\ntwo\n \t\n\nthree\r\n\r\nfour", "\n\n\n", "a\n \n\n b\n"]
+    for block in (1, 2, 3, 7):
+        monkeypatch.setattr(text_module, "_READ_CHARS", block)
+        for text in texts:
+            path.write_bytes(text.encode())
+            whole = [d.strip() for d in re.split(r"\n[ \t]*\n", path.read_text(encoding="utf-8")) if d.strip()]
+            got = list(text_module.TextFiles(path)._generate())
+            assert [doc for _, doc in got] == whole, (block, text)
+        path.write_bytes("\u00e9\u00e9 words\n\nmore".encode() + b" \xff")
+        with pytest.raises(DataError, match=r"t.txt is not UTF-8 text \(byte 18: invalid start byte\)"):
+            list(text_source(str(path)))
+
+
+@pytest.mark.parametrize("suffix", [".txt", ".jsonl"])
+def test_a_document_longer_than_is_read_whole_is_refused_in_one_line(tmp_path, monkeypatch, capsys, bert_dir, suffix):
+    """A .txt paragraph, or a .jsonl line, longer than MAX_DOCUMENT_CHARS is refused naming the bound (a sparse
+    file of a terabyte, one line of zero bytes, was read whole: an internal error, MemoryError), after reading no
+    more than the bound; documents before it are read."""
+    from mhaaudit.sources import text as text_module
+
+    monkeypatch.setattr(text_module, "MAX_DOCUMENT_CHARS", 1 << 20)
+    path = tmp_path / f"huge{suffix}"
+    path.write_text('{"text": "first words here"}\n' if suffix == ".jsonl" else "first words here\n\n")
+    os.truncate(path, 1 << 40)
+    with pytest.raises(DataError, match=r"huge.*is longer than 1 Mi characters, the most read") as caught:
+        list(text_source(str(path)))
+    assert ("line 2" in str(caught.value)) == (suffix == ".jsonl")
+    rc = main(["check", str(bert_dir), "--data", str(path), "--samples", "20", "--context-length", "16"])
+    out, err = capsys.readouterr()
+    assert rc == 2 and not out, err
+    assert err.strip().splitlines()[-1].startswith(f"Error: cannot read {path}") and "Traceback" not in err
+
+
 @pytest.mark.parametrize("suffix, sep", [(".csv", b","), (".tsv", b"\t")])
 def test_a_delimited_value_that_is_not_utf8_is_skipped_not_the_column(tmp_path, suffix, sep):
     """pyarrow types a CSV column binary when one value is not UTF-8: the column was then refused as holding

@@ -9,6 +9,8 @@ Turning documents into the paper's token sequences is :mod:`.examples`.
 
 from __future__ import annotations
 
+import codecs
+import itertools
 import json
 import re
 from collections.abc import Iterator
@@ -49,6 +51,7 @@ _OFFLINE_TEXT = (
     "text column, a folder written by save_to_disk, or the built-in default (no " + Param("data") + ")"
 )
 _PARAGRAPH = re.compile(r"\n[ \t]*\n")
+_OPEN_LINE = re.compile(r"\n[ \t]*\Z")  # a text's end where a blank line may begin
 
 #: The files of a local folder read as a data set by the ``datasets`` library (not as .txt files), by the suffix
 #: of the data they hold
@@ -172,11 +175,69 @@ class BuiltinText(TextSource):
                 yield f"{group}#{b}", text
 
 
-def _read_text(path: Path) -> str:
+#: The most characters one document of a .txt file (a paragraph: no blank line in it), or one line of a .jsonl
+#: file, may hold: each is read whole, and a file's size says nothing of its longest (a sparse file of a terabyte
+#: is one line of zero bytes). As a delimited file's longest row, :data:`~.containers.MAX_CSV_ROW`.
+MAX_DOCUMENT_CHARS = 256 << 20
+
+_READ_CHARS = 1 << 20  # characters read from a .txt file at a time
+
+
+def _bad_byte(path: Path) -> UnicodeDecodeError | None:
+    """The first place where ``path`` is not UTF-8, its ``start`` counted from the file's first byte (None when it
+    is UTF-8 throughout: the file changed while read); read a block at a time."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    offset = 0
+    with open(path, "rb") as fh:
+        while True:
+            block = fh.read(_READ_CHARS)
+            held = len(decoder.getstate()[0])  # bytes of a character the last block ended inside
+            try:
+                decoder.decode(block, final=not block)
+            except UnicodeDecodeError as exc:
+                exc.start += offset - held
+                return exc
+            if not block:
+                return None
+            offset += len(block)
+
+
+def _paragraphs(path: Path) -> Iterator[str]:
+    """The paragraphs of the .txt file ``path`` (split at blank lines, lines as Python splits text), read a block
+    at a time: memory holds one paragraph, whatever the file's size.
+
+    Raises:
+        DataError: when the file cannot be read, is not UTF-8 (where, so that a large file can be mended), or holds
+            a paragraph longer than :data:`MAX_DOCUMENT_CHARS` characters.
+    """
     try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:  # where, so that a large file can be mended
-        raise DataError(f"{path} is not UTF-8 text (byte {exc.start + 1}: {exc.reason})") from None
+        with open(path, encoding="utf-8") as fh:
+            blocks: list[str] = []  # the paragraph read so far, a block at a time (joined once, when it ends)
+            size = 0
+            carry = ""  # its end from a last line break followed only by spaces and tabs: a blank line's beginning
+            while block := fh.read(_READ_CHARS):
+                parts = _PARAGRAPH.split(carry + block)
+                if len(parts) > 1:
+                    head = "".join(blocks)
+                    yield head[: len(head) - len(carry)] + parts[0]
+                    yield from parts[1:-1]
+                    blocks, size = [parts[-1]], len(parts[-1])
+                else:
+                    blocks.append(block)
+                    size += len(block)
+                end = _OPEN_LINE.search(carry + block if len(parts) == 1 else parts[-1])
+                carry = end.group() if end else ""
+                if size > MAX_DOCUMENT_CHARS:
+                    raise DataError(
+                        f"cannot read {path}: a document (a paragraph, no blank line in it) is longer than "
+                        f"{MAX_DOCUMENT_CHARS >> 20} Mi characters, the most read whole; separate its documents "
+                        "with blank lines"
+                    )
+            yield "".join(blocks)
+    except UnicodeDecodeError:
+        bad = _bad_byte(path)
+        where = f" (byte {bad.start + 1}: {bad.reason})" if bad is not None else ""
+        raise DataError(f"{path} is not UTF-8 text{where}") from None
     except OSError as exc:
         raise DataError(f"cannot read {path}: {one_line(exc, 300, first_line=True)}") from None
 
@@ -208,7 +269,7 @@ class TextFiles(TextSource):
 
     def _generate(self) -> Iterator[tuple[str | None, str]]:
         for path in self.files:
-            for part in _PARAGRAPH.split(_read_text(path)):
+            for part in _paragraphs(path):
                 part = part.strip()
                 if part:
                     yield str(path), part
@@ -255,14 +316,23 @@ class JsonlText(TextSource):
         text must be) is skipped and counted in ``skips`` as invalid JSON, a blank line passed over.
 
         Raises:
-            DataError: when the file cannot be opened.
+            DataError: when the file cannot be opened, or holds a line longer than :data:`MAX_DOCUMENT_CHARS`
+                characters.
         """
         try:  # lines as Python splits text (\n, \r\n or \r); a byte that is not UTF-8 kept as a lone surrogate
             handle = self.path.open(encoding="utf-8-sig", errors="surrogateescape")
         except OSError as exc:
             raise DataError(f"cannot read {self.path}: {one_line(exc, 300, first_line=True)}") from None
         with handle:
-            for number, line in enumerate(handle, 1):
+            for number in itertools.count(1):
+                line = handle.readline(MAX_DOCUMENT_CHARS + 1)
+                if not line:
+                    return
+                if len(line) > MAX_DOCUMENT_CHARS:  # read whole, as json.loads needs it: past bounding
+                    raise DataError(
+                        f"cannot read {self.path}: line {number} is longer than {MAX_DOCUMENT_CHARS >> 20} Mi "
+                        "characters, the most read as one JSON object"
+                    )
                 try:
                     line.encode("utf-8")
                 except UnicodeEncodeError as exc:  # the line held a byte that is not UTF-8
