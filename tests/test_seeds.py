@@ -80,6 +80,24 @@ def test_every_command_refuses_a_seed_named_twice(capsys, vit_dir):
         assert "is named twice; name each seed once" in err, (args, err)
 
 
+def test_every_command_refuses_seed_beside_seeds_whatever_its_value(capsys, vit_dir):
+    """``--seed`` beside ``--seeds`` is one line and exit 2 for each command that takes seeds, ``--seed 0`` (the
+    default's value) too: it was silently ignored by all but memorize, as its value could not be told from the
+    default's."""
+    for args in (
+        ("check", str(vit_dir)),
+        ("check", str(vit_dir), "--checkpoints", str(vit_dir)),
+        ("kruskal", "--model", str(vit_dir)),
+        ("reproduce", "table1"),
+        ("memorize", "--preset", "cpu"),
+        ("capacity", str(vit_dir)),
+    ):
+        for seed in ("0", "5"):
+            rc, out, err = run(capsys, *args, "--seeds", "0-1", "--seed", seed)
+            assert out == "", args
+            assert_one_error(rc, err, "--seed has no effect with --seeds")
+
+
 def test_plan_holds_the_other_seed_fixed():
     assert [r.kwargs() for r in plan_seeds("0-1").runs()] == [
         {"seed": 0, "weights_seed": None, "data_seed": None},

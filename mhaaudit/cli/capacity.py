@@ -20,7 +20,7 @@ from ..defaults import (
     DEFAULT_SPLIT,
     DEFAULT_THRESHOLD,
 )
-from .given import deprecation_line, named_list, refuse_data_options, refuse_unused, renamed
+from .given import deprecation_line, named_list, refuse_data_options, refuse_seed, refuse_unused, renamed
 from .library import run_requests, run_settings
 from .names import with_flags
 from .options import (
@@ -193,6 +193,7 @@ def capacity(
         stop_when_decided=True,
         quiet=quiet,
     )
+    refuse_seed(ctx, seeds)
     if seeds is not None:
         refuse_unused(ctx, ("plot",), "with --seeds: it draws one run's ranks; run that seed alone with --seed")
     refuse_inputs({"--out": out, "--plot": plot}, [model, weights, data, from_path])

@@ -18,7 +18,7 @@ from ..defaults import (
     DEFAULT_THRESHOLD,
 )
 from ..stdio import say
-from .given import named_list, refuse_data_options, refuse_unused
+from .given import named_list, refuse_data_options, refuse_seed, refuse_unused
 from .library import run_requests, run_settings
 from .names import flagged
 from .options import (
@@ -173,6 +173,7 @@ def check(
         quiet=quiet,
     )
     refuse_data_options(ctx, data)
+    refuse_seed(ctx, seeds)
     if series:
         refuse_unused(
             ctx,

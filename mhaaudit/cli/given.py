@@ -47,6 +47,20 @@ def refuse_unused(ctx: typer.Context, names, why: str) -> None:
         raise InputError(f"{', '.join(used)} {verb} no effect {why}")
 
 
+def refuse_seed(ctx: typer.Context, seeds: str | None) -> None:
+    """``--seed`` beside ``--seeds``, whatever its value (``--seed 0``, its default, too): each run takes a seed listed.
+
+    Raises:
+        InputError: when both were given.
+    """
+    if seeds is not None:
+        refuse_unused(
+            ctx,
+            ("seed",),
+            "with --seeds: each run is seeded by one seed listed; give either --seed or --seeds, not both",
+        )
+
+
 def refuse_data_options(ctx: typer.Context, data: str | None) -> None:
     """``--split`` names a split of a Hugging Face dataset: refused with the built-in data or a local file."""
     if data is None:

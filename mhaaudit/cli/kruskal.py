@@ -20,7 +20,7 @@ from ..defaults import (
     KRUSKAL_VECTORS,
 )
 from ..errors import Message
-from .given import refuse_data_options, refuse_unused, renamed
+from .given import refuse_data_options, refuse_seed, refuse_unused, renamed
 from .library import run_settings, value_of
 from .names import flagged
 from .options import (
@@ -209,6 +209,7 @@ def kruskal(
             f"when FEATURES ({features}) is given: "
             "they seed the capture from --model (a file's vectors are fixed; --seed seeds the draws)",
         )
+    refuse_seed(ctx, seeds)
     if seeds is not None:
         refuse_unused(ctx, ("plot",), "with --seeds: it draws one run's curve; run that seed alone with --seed")
     refuse_inputs({"--out": out, "--plot": plot}, [features, model, weights, data])

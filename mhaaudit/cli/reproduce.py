@@ -17,6 +17,7 @@ from ..defaults import (
     REPRODUCE_TARGETS,
 )
 from ..stdio import say
+from .given import refuse_seed
 from .library import importing
 from .names import flagged, with_flags
 from .options import (
@@ -164,6 +165,7 @@ def reproduce(
     refuse_inputs({"--out": out, "--plot": plot}, [data, *paths])
     prepare_outputs(out, plot, fmt)
     keywords = _options(target, ctx.params, progress_enabled(quiet))
+    refuse_seed(ctx, seeds)
     if seeds is not None and plot is not None:
         raise InputError(
             "--plot has no effect with --seeds: it draws one run's curves; run that seed alone with --seed"

@@ -97,9 +97,10 @@ def plan_seeds(
 ) -> SeedPlan:
     """Check ``seeds`` (``"0-4"``, ``"0,3,7"`` or a list) and what they vary.
 
-    ``vary="weights"`` holds the data seed at ``data_seed`` (default: the first seed listed),
-    ``vary="data"`` the weights seed at ``weights_seed`` (default: the first seed); the seed that
-    varies cannot also be given, nor can ``seed`` (give ``--seed`` or ``--seeds``).
+    ``vary="weights"`` holds the data seed at ``data_seed`` (default: the lowest seed listed),
+    ``vary="data"`` the weights seed at ``weights_seed`` (default: the lowest seed); the seed that
+    varies cannot also be given, nor can ``seed`` other than its default 0 (give ``--seed`` or ``--seeds``;
+    the command line refuses ``--seed 0`` beside ``--seeds`` too, see :func:`~mhaaudit.cli.given.refuse_seed`).
 
     Raises:
         InputError: when ``seeds`` or ``vary`` is refused, ``seed`` is given (other than 0), the varied seed is
