@@ -6,6 +6,7 @@ where they allow, each checked (its declared size, its dtype, its header) before
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import pickle
@@ -128,6 +129,9 @@ def torch_load_reason(exc: BaseException) -> str:
     return text[:200] if text else type(exc).__name__
 
 
+_DIGEST_BLOCK = 16 << 20  # bytes read at a time for a mapped file's digest
+_DIGESTS: dict[tuple, str] = {}  # mapped files' digests, by their region and the file's identity and time
+
 _MAPPED_SAFETENSORS = {"F16": np.float16, "F32": np.float32, "F64": np.float64}  # dtypes NumPy can map
 
 
@@ -136,18 +140,28 @@ class MappedArray:
     ``.safetensors`` file, by path, byte offset, dtype and shape, with the token ``index`` chosen
     (``to_query_matrix``) for a T x n x d array. Only the pages a computation touches are read;
     nothing is copied. Pickling sends the description, not the data (a torchrun rank maps the same
-    file). ``array`` is the NumPy view; ``shape``, ``ndim`` and ``dtype`` (a torch dtype) describe it."""
+    file), with the SHA-256 of the mapped bytes: where it is unpickled, the file is held to it before it
+    is mapped (another node's file of that name may differ, or be missing). ``array`` is the NumPy view;
+    ``shape``, ``ndim`` and ``dtype`` (a torch dtype) describe it."""
 
     def __init__(self, path, offset: int, dtype, shape, order: Literal["C", "F"] = "C", index: int | None = None):
         self.path, self.offset, self.order, self.index = Path(path), int(offset), order, index
         self.np_dtype = np.dtype(dtype)
         self.file_shape = tuple(int(v) for v in shape)
         self._array: np.ndarray | None = None
+        self._digest: str | None = None  # the mapped bytes' SHA-256, once worked out
+        self._sent: str | None = None  # unpickled: the digest the sender's bytes had, which this file's must have
 
     @property
     def array(self) -> np.ndarray:
-        """The read-only NumPy view: the file's memory map, or token ``index``'s T x d rows of it (mapped once)."""
+        """The read-only NumPy view: the file's memory map, or token ``index``'s T x d rows of it (mapped once).
+
+        Raises:
+            InputError: unpickled, when the file cannot be read here, or its mapped bytes differ from the sender's.
+        """
         if self._array is None:
+            if self._sent is not None:
+                self._hold_to_sent()
             mm = np.memmap(
                 self.path, dtype=self.np_dtype, mode="r", offset=self.offset, shape=self.file_shape, order=self.order
             )
@@ -185,11 +199,53 @@ class MappedArray:
         n = self.file_shape[1]
         return MappedArray(self.path, self.offset, self.np_dtype, self.file_shape, self.order, index % n)
 
+    def digest(self) -> str:
+        """The SHA-256 of the file's mapped bytes (the whole array, whatever ``index``), read a block at a time.
+
+        Raises:
+            InputError: when the file ends before the array it declares (OSError where it cannot be read).
+        """
+        if self._digest is None:
+            st = os.stat(self.path)  # a file sent again (each shared call) is read once while it is unchanged
+            key = (str(self.path), self.offset, self.file_shape, self.np_dtype.str, st.st_dev, st.st_ino, st.st_size)
+            key += (st.st_mtime_ns,)
+            if key in _DIGESTS:
+                self._digest = _DIGESTS[key]
+                return self._digest
+            h = hashlib.sha256()
+            left = int(np.prod(self.file_shape, dtype=np.int64)) * self.np_dtype.itemsize
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                while left > 0 and (block := fh.read(min(left, _DIGEST_BLOCK))):
+                    h.update(block)
+                    left -= len(block)
+            if left > 0:
+                raise InputError(f"{self.path}: the file ends before the {self.file_shape} array it declares")
+            self._digest = _DIGESTS[key] = h.hexdigest()
+        return self._digest
+
+    def _hold_to_sent(self) -> None:
+        try:
+            here = self.digest()
+        except OSError as exc:
+            raise InputError(
+                f"cannot read {self.path} on this node ({exc.strerror or exc}): the features file must be there, "
+                "the same as rank 0's"
+            ) from None
+        if here != self._sent:
+            raise InputError(
+                f"{self.path} on this node differs from rank 0's (SHA-256 of its {self.file_shape} array "
+                f"{here[:12]}..., rank 0's {self._sent[:12]}...); give every node the same file"
+            )
+        self._sent = None
+
     def __getstate__(self):
-        return {k: v for k, v in self.__dict__.items() if k != "_array"}
+        state = {k: v for k, v in self.__dict__.items() if k not in ("_array", "_sent")}
+        state["_digest"] = self._sent or self.digest()  # what the receiver's file must hold
+        return state
 
     def __setstate__(self, state):
-        self.__dict__.update(state, _array=None)
+        self.__dict__.update(state, _array=None, _sent=state["_digest"], _digest=None)
 
     def __repr__(self) -> str:
         return f"MappedArray({str(self.path)!r}, shape={self.shape}, dtype={self.np_dtype})"

@@ -22,6 +22,7 @@ from pathlib import Path
 import chatter
 import pytest
 import torch
+from clitools import assert_one_error
 from conftest import tmp_leftovers
 
 from mhaaudit import distributed
@@ -478,6 +479,32 @@ def test_ranks_map_the_same_file(tmp_path):
     assert (r0, r1) == (0, 0), err0 + err1
     seen = (tmp_path / "seen1").read_text().split("\n")
     assert "mhaaudit.kruskal.fixed:subset_test MappedArray" in seen
+    assert json.loads(out0)["records"] == json.loads(one)["records"]
+
+
+def test_a_features_file_that_differs_or_is_missing_on_a_node_is_refused_in_one_line(tmp_path):
+    """``kruskal FILE`` where each rank reads its own folder: a rank whose file of that name holds other vectors,
+    or has none, ends the job in one line naming the file (status 2); it mapped whatever its file held (other
+    vectors, silently; a missing file was an internal error, exit 3)."""
+    import numpy as np
+
+    g = np.random.default_rng(2)
+    nodes = [tmp_path / "n0", tmp_path / "n1"]
+    for node in nodes:
+        node.mkdir()
+        np.save(node / "X.npy", g.standard_normal((60, 8)).astype(np.float32))
+    args = ["kruskal", "X.npy", "--k", 4, "--samples", 100, "--device", "cpu", "--format", "json"]
+    (r0, out0, err0), (r1, out1, err1) = launch(args, cwds=nodes)
+    assert (r0, r1, out0, out1, err1) == (2, 2, "", "", ""), err0 + err1
+    assert_one_error(2, err0, "rank 1 of 2 failed: X.npy on this node differs from rank 0's (SHA-256")
+    (nodes[1] / "X.npy").unlink()
+    (r0, out0, err0), (r1, _, err1) = launch(args, cwds=nodes)
+    assert (r0, r1, out0) == (2, 2, ""), err0 + err1
+    assert_one_error(2, err0, "rank 1 of 2 failed: cannot read X.npy on this node")
+    (nodes[1] / "X.npy").write_bytes((nodes[0] / "X.npy").read_bytes())  # the same bytes: read as one process
+    (r0, out0, err0), (r1, _, err1) = launch(args, cwds=nodes)
+    rc, one, err = single(args, cwd=nodes[0])
+    assert (r0, r1, rc) == (0, 0, 0), err0 + err1 + err
     assert json.loads(out0)["records"] == json.loads(one)["records"]
 
 
