@@ -207,8 +207,8 @@ class MappedArray:
         """
         if self._digest is None:
             st = os.stat(self.path)  # a file sent again (each shared call) is read once while it is unchanged
-            key = (str(self.path), self.offset, self.file_shape, self.np_dtype.str, st.st_dev, st.st_ino, st.st_size)
-            key += (st.st_mtime_ns,)
+            key: tuple = (self.path, self.offset, self.file_shape, self.np_dtype.str, st.st_dev, st.st_ino)
+            key += (st.st_size, st.st_mtime_ns)
             if key in _DIGESTS:
                 self._digest = _DIGESTS[key]
                 return self._digest
@@ -225,6 +225,7 @@ class MappedArray:
         return self._digest
 
     def _hold_to_sent(self) -> None:
+        sent = self._sent or ""
         try:
             here = self.digest()
         except OSError as exc:
@@ -232,10 +233,10 @@ class MappedArray:
                 f"cannot read {self.path} on this node ({exc.strerror or exc}): the features file must be there, "
                 "the same as rank 0's"
             ) from None
-        if here != self._sent:
+        if here != sent:
             raise InputError(
                 f"{self.path} on this node differs from rank 0's (SHA-256 of its {self.file_shape} array "
-                f"{here[:12]}..., rank 0's {self._sent[:12]}...); give every node the same file"
+                f"{here[:12]}..., rank 0's {sent[:12]}...); give every node the same file"
             )
         self._sent = None
 
