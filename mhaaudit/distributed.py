@@ -325,14 +325,16 @@ def _shared_call(key: str) -> Callable:
 
 def _follow(s: Session) -> int:
     """The loop of a rank other than 0 under :func:`run_cli`: make each shared call rank 0 makes,
-    until rank 0 says it is done (exit 0). A failure ends the loop (exit 2, or 3 for a bug)."""
+    until rank 0 says it is done, with its status (0, 1 where ``--fail-on`` failed, 2 where rank 0 refused
+    something outside a shared call). A failure ends the loop (exit 2, or 3 for a bug)."""
     while True:
         try:
             msg = s.broadcast(None)
         except RankFailed:  # rank 0 is gone: it has said why
             return 2
         if msg[0] == "done":
-            return 0
+            code = msg[1] if len(msg) > 1 else None
+            return code if isinstance(code, int) and not isinstance(code, bool) and 0 <= code <= 255 else 2
         _, key, args, kwargs = msg
         try:
             _shared_call(key)(*args, **kwargs)
@@ -368,12 +370,13 @@ def _run_rank(main: Callable[[list[str] | None], int], argv: list[str] | None) -
         return main(argv)
     if s.rank == 0:
         s.leading = True
+        code: int | None = None  # stays None where main raises: the others end with 2
         try:
             code = main(argv)
         finally:
             if not (s.peer_failed or s.noted):  # else the others are mid-call: they meet the closed connection
                 with contextlib.suppress(Exception):
-                    s.broadcast(("done",))
+                    s.broadcast(("done", code))
     else:
         with open(os.devnull, "w") as devnull, contextlib.ExitStack() as stack:
             if not debugging():

@@ -508,6 +508,19 @@ def test_a_features_file_that_differs_or_is_missing_on_a_node_is_refused_in_one_
     assert json.loads(out0)["records"] == json.loads(one)["records"]
 
 
+def test_every_rank_ends_with_rank_0_s_status(vit_dir, image_dir, tmp_path):
+    """The ranks that follow rank 0 end with its status: 1 where ``--fail-on`` fails, 2 where rank 0 refuses an
+    input outside a shared call (they ended with 0 whatever rank 0's status was, once it said it was done)."""
+    rc, _, err = single(_check_args(vit_dir, image_dir, "--fail-on", "any"))
+    assert rc == 1, err
+    (r0, out0, err0), (r1, out1, err1) = launch(_check_args(vit_dir, image_dir, "--fail-on", "any"))
+    assert (r0, r1, out1) == (1, 1, ""), err0 + err1
+    assert json.loads(out0)["records"]
+    (r0, out0, err0), (r1, out1, err1) = launch(["kruskal", tmp_path / "none.npy", "--k", 4, "--device", "cpu"])
+    assert (r0, r1, out0, out1, err1) == (2, 2, "", "", ""), err0 + err1
+    assert_one_error(2, err0, "none.npy")
+
+
 @pytest.mark.slow
 def test_two_ranks_give_the_capacity_of_one_process(bert_dir, tmp_path):
     """Text data, the Z builder and Proposition 2's shared context (rank 0's first example on every rank)."""
