@@ -31,9 +31,9 @@ from . import kruskal, phases, validate
 from .capture import capture_probe
 from .checks import REGISTRY, check_for_size
 from .defaults import KRUSKAL_VECTORS
-from .distributed import shared
+from .distributed import describe, shared
 from .errors import InputError, Param
-from .facts import CaptureFacts
+from .facts import CaptureFacts, JobFacts
 from .feature_files import MappedArray, read_array, to_query_matrix
 from .features import FeatureSet
 from .keywords import given, refuse_disagreement
@@ -450,6 +450,7 @@ def _estimate_timed(
         peak_rss_bytes=peak_rss_bytes(),
         capture=captured,
         **data_read(read),  # with --model: the inputs skipped and the capture's notes
+        distributed=JobFacts.of(describe()),
     )
 
 

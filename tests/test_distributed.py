@@ -27,6 +27,8 @@ from conftest import tmp_leftovers
 
 from mhaaudit import distributed
 from mhaaudit.errors import DataError, InputError
+from mhaaudit.facts import JobFacts
+from mhaaudit.kruskal import KruskalResult
 
 ROOT = Path(__file__).resolve().parents[1]
 LIMIT_S = 240  # a hang guard for the whole job, not a speed requirement
@@ -403,6 +405,9 @@ def test_kruskal_on_a_file_splits_its_draws(tmp_path):
     a, b = json.loads(one), json.loads(out0)
     assert b["records"] == a["records"] and b["sweep"] == a["sweep"]
     assert b["meta"]["sweep_summary"] == a["meta"]["sweep_summary"] and out1 == ""
+    # the job is named in the meta, as check's is, and read back with the result; one process names none
+    assert b["meta"]["distributed"] == {"world_size": 2, "backend": "gloo"} and "distributed" not in a["meta"]
+    assert KruskalResult.from_json(out0).distributed == JobFacts(world_size=2, backend="gloo")
 
 
 # A driver in which rank 0 takes SLOW_S seconds over its checks before its first shared call.

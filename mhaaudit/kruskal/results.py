@@ -25,8 +25,9 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from ..documents import OMITTED_WHEN_NONE
 from ..errors import Param
-from ..facts import CaptureFacts, SkipCounts
+from ..facts import CaptureFacts, JobFacts, SkipCounts, meta_value
 from ..notes import Note
 from ..numerics import RankRule, ldexp
 from ..provenance import stamp
@@ -494,6 +495,7 @@ class KruskalResult(StoredSweepResult):
     capture: CaptureFacts = field(default_factory=CaptureFacts)  # with --model: the batch and the weights read
     skips: SkipCounts = field(default_factory=SkipCounts)  # with --model: the inputs skipped, by cause
     notes: tuple[Note, ...] = ()  # with --model: what reading the data found (a T short of --limit, ...)
+    distributed: JobFacts | None = field(default=None, metadata=OMITTED_WHEN_NONE)  # under torchrun: its job
 
     @property
     def T(self) -> int:
@@ -553,6 +555,8 @@ class KruskalResult(StoredSweepResult):
             meta["skips"], meta["notes"] = self.skips.as_dict(), list(self.notes)
         if self.sweep is not None:
             meta["sweep_summary"] = self.sweep.summary()
+        if self.distributed is not None:
+            meta["distributed"] = meta_value(self.distributed)
         meta["result"] = self.result_document()
         return meta
 
