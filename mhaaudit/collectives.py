@@ -263,7 +263,7 @@ class Session:
             r = min(notes)
             code, line = notes[r]
             msg = f"rank {r} of {self.world_size} failed: " + line
-            return RankFailed(msg) if code == 2 else RankCrashed(msg)
+            return RankCrashed(msg) if code == 3 else RankFailed(msg)  # 2, or a signal's status
         detail = one_line(exc, 200, first_line=True) if exc is not None else "no detail"
         if "timed out" in detail.lower() or "timeout" in detail.lower():
             waited = RankFailed(

@@ -14,6 +14,7 @@ import dataclasses
 import functools
 import importlib
 import os
+import signal
 import socket
 import sys
 import time
@@ -43,6 +44,7 @@ __all__ = [
     "alone",
     "current",
     "describe",
+    "following",
     "launched",
     "leave",
     "lockstep",
@@ -64,6 +66,11 @@ def launched() -> bool:
         return int(value or "1") > 1
     except ValueError:
         return True
+
+
+def following() -> bool:
+    """True in a rank of a job other than rank 0 (it follows rank 0's calls and says nothing itself)."""
+    return _SESSION is not None and _SESSION.rank != 0
 
 
 def _env_int(name: str, default: int | None = None) -> int:
@@ -127,10 +134,11 @@ def lost_rank_line() -> str | None:
         return None
     with contextlib.suppress(Exception):
         notes = s._notes()
-        if notes:
-            r = min(notes)
-            return f"rank {r} of {s.world_size} failed: {notes[r][1]}"
-        dead = s._dead_ranks()
+        failed = {r: note for r, note in notes.items() if note[0] in (2, 3)}  # not a rank a signal ended as well
+        if failed:
+            r = min(failed)
+            return f"rank {r} of {s.world_size} failed: {failed[r][1]}"
+        dead = [r for r in s._dead_ranks() if r not in notes]
         if dead:
             return (
                 f"rank {', '.join(map(str, dead))} of {s.world_size} stopped without reporting an error "
@@ -382,7 +390,17 @@ def _run_rank(main: Callable[[list[str] | None], int], argv: list[str] | None) -
             if not debugging():
                 stack.enter_context(contextlib.redirect_stdout(devnull))
                 stack.enter_context(contextlib.redirect_stderr(devnull))
-            code = _follow(s)
+            try:
+                code = _follow(s)
+            except BaseException:
+                signum = ending.noted()
+                if signum is None:  # not a signal's exception (Ctrl-C, SIGTERM, SIGHUP under the command line)
+                    raise
+                # ended by the signal, quietly: rank 0, signalled too as a rule, says its line; where it was not,
+                # this note tells it why this rank left (not "stopped without reporting an error")
+                code = 128 + signum
+                s.note(code=code, line=f"ended by {signal.Signals(signum).name}")
+                ending.settle(code, said=True)
     sys.stdout.flush()
     sys.stderr.flush()
     if code in (0, 1):

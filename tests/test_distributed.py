@@ -487,6 +487,71 @@ def test_ranks_map_the_same_file(tmp_path):
     assert json.loads(out0)["records"] == json.loads(one)["records"]
 
 
+# A driver whose ranks other than 0 leave a mark as they start rank 0's first shared call (both ranks are at work).
+MARK_DRIVER = textwrap.dedent("""
+    import os, sys
+    from mhaaudit import distributed
+
+    real = distributed._shared_call
+
+    def marked(key):
+        open(os.environ["MARK"], "w").close()
+        return real(key)
+
+    distributed._shared_call = marked
+    from mhaaudit.__main__ import entry
+    entry(sys.argv[1:])
+""")
+
+
+@pytest.mark.parametrize(
+    "sig, to, codes, line",
+    [
+        (signal.SIGTERM, (0, 1), (143, 143), "Error: terminated (SIGTERM)"),
+        (signal.SIGINT, (0, 1), (130, 130), "Error: interrupted"),
+        (signal.SIGTERM, (1,), (2, 143), "Error: rank 1 of 2 failed: ended by SIGTERM"),
+    ],
+)
+def test_a_signal_ends_every_rank_with_its_status_and_one_line_from_rank_0(tmp_path, sig, to, codes, line):
+    """SIGTERM or Ctrl-C sent to every rank (as torchrun and a terminal do) ends each with the signal's status and
+    rank 0 alone says so, in one line; a rank the signal reached alone is named by rank 0 as ended by it. The
+    ranks other than 0 had no handler (SIGTERM killed them, and rank 0 said one "stopped without reporting an
+    error", status 2) and each said "interrupted" after Ctrl-C."""
+    import numpy as np
+
+    np.save(tmp_path / "X.npy", np.random.default_rng(0).standard_normal((3000, 64)).astype(np.float32))
+    driver, mark = tmp_path / "mark.py", tmp_path / "started"
+    driver.write_text(MARK_DRIVER)
+    args = ["kruskal", tmp_path / "X.npy", "--k", 40, "--samples", 10**8, "--all-draws", "--device", "cpu"]
+    port = _free_port()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(driver), *map(str, args)],
+            env=_env(RANK=r, LOCAL_RANK=r, WORLD_SIZE=2, MASTER_ADDR="127.0.0.1", MASTER_PORT=port, MARK=mark),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for r in range(2)
+    ]
+    try:
+        deadline = time.monotonic() + LIMIT_S
+        while not mark.exists() and time.monotonic() < deadline and all(p.poll() is None for p in procs):
+            time.sleep(0.1)
+        assert mark.exists(), [p.poll() for p in procs]
+        time.sleep(1.0)
+        for r in to:
+            procs[r].send_signal(sig)
+        ends = [(p.wait(timeout=LIMIT_S), *(s.decode() for s in p.communicate())) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    (r0, out0, err0), (r1, out1, err1) = ends
+    assert (r0, r1) == codes, err0 + err1
+    assert err0.strip().splitlines() == [line] and (out0, out1, err1) == ("", "", ""), err0 + err1
+
+
 def test_a_features_file_that_differs_or_is_missing_on_a_node_is_refused_in_one_line(tmp_path):
     """``kruskal FILE`` where each rank reads its own folder: a rank whose file of that name holds other vectors,
     or has none, ends the job in one line naming the file (status 2); it mapped whatever its file held (other

@@ -538,19 +538,24 @@ def run(argv: list[str] | None = None) -> NoReturn:  # pragma: no cover - tested
     as the run has unwound and its streams are flushed (a second at most), whatever a helper thread still
     waits on (:func:`_end_signalled`), and within :data:`SIGNAL_END_LIMIT_S` seconds of the signal,
     whatever its main thread waits on (:func:`_end_after_signal`)."""
-    from ..distributed import launched, leave, run_cli
+    from ..distributed import following, launched, leave, run_cli
 
     hold_for_the_process()  # what native libraries print, to the process's end (CUDA, NCCL), goes to stderr
     ending.watch(SIGNAL_END_LIMIT_S - _END_CLEANUP_S, _end_after_signal, _SIGNAL_LINES)
     early = ending.noted()
     if early is not None:  # a signal came while the libraries loaded, and a library swallowed what its handler raised
         _end_after_signal(early)
+    # a rank of a job handles the signals as main does from its start: the ranks other than 0 never run main
+    previous = _handle_signals() if launched() else {}
     try:
         code = run_cli(main, argv) if launched() else main(argv)
-    except KeyboardInterrupt:  # between the commands' own handling and the exit
-        say(f"Error: {INTERRUPTED}")
-        code = INTERRUPTED_STATUS
+    except (KeyboardInterrupt, Terminated) as exc:  # between the commands' own handling and the exit
+        code = exc.status if isinstance(exc, Terminated) else INTERRUPTED_STATUS
+        if not following():  # only rank 0 speaks for a job
+            say(f"Error: {exc.line if isinstance(exc, Terminated) else INTERRUPTED}")
         ending.settle(code, said=True)
+    finally:
+        _restore_signals(previous)
     if launched():  # a rank of a torchrun job: see mhaaudit.distributed.leave
         leave(code)
     if code in (INTERRUPTED_STATUS, TERMINATED_STATUS, HUNG_UP_STATUS) or ending.ending():
