@@ -70,6 +70,7 @@ class Session:
     peer_failed: bool = False  # a collective found another rank gone
     solo: bool = False  # inside alone(): this rank works as one process (current() and lockstep() say so)
     waits: int = 0  # wait_for_all calls made (every rank makes the same ones)
+    sent: int = 0  # what rank 0 has sent the others (send), or this rank received (receive)
 
     # ------------------------------------------------------------------ collectives
 
@@ -110,6 +111,30 @@ class Session:
         box = [obj if self.rank == 0 else None]
         self._call(dist.broadcast_object_list, box, src=0)
         return box[0]
+
+    def send(self, obj) -> None:
+        """Rank 0's ``obj`` to every other rank, which waits for it in :meth:`receive`: it is announced in the
+        job's store, then broadcast."""
+        self.sent += 1
+        self._store_call(self.store.set, f"{_PREFIX}sent/{self.sent}", "1")
+        self.broadcast(obj)
+
+    def receive(self):
+        """The next object rank 0 sends (:meth:`send`), however long rank 0 works before it sends it: this rank
+        polls the job's store until it is announced (no collective, so no timeout), then joins its broadcast.
+
+        Raises:
+            RankFailed: when another rank failed on bad input, or its process (or the job's store) is gone.
+            RankCrashed: when another rank failed on a bug.
+        """
+        self.sent += 1
+        key, pause = [f"{_PREFIX}sent/{self.sent}"], 0.005
+        while not self._store_call(self.store.check, key):
+            if self._notes() or self._dead_ranks():
+                raise self._lost(None)
+            time.sleep(pause)
+            pause = min(2 * pause, 0.2)
+        return self.broadcast(None)
 
     def same(self, value, what: str) -> None:
         """Refuse to go on when the ranks disagree about ``value`` (e.g. one node lacks the weights).
@@ -350,6 +375,17 @@ class SingleProcess:
     def broadcast(self, obj):
         """``obj`` itself: this process is rank 0."""
         return obj
+
+    def send(self, obj) -> None:
+        """Nothing to send: no other rank follows."""
+
+    def receive(self):
+        """Only a rank other than 0 receives, and a job of one has none.
+
+        Raises:
+            LookupError: always.
+        """
+        raise LookupError("nothing is sent to receive in a single process")
 
     def same(self, value, what: str) -> None:
         """Nothing to refuse: one process agrees with itself."""

@@ -278,7 +278,7 @@ def shared(fn: Callable) -> Callable:
         if s is None or s.depth:  # one process, or inside a shared call already
             return fn(*args, **kwargs)
         if s.leading:
-            s.broadcast(("call", key, tuple(_on_cpu(a) for a in args), _portable(kwargs)))
+            s.send(("call", key, tuple(_on_cpu(a) for a in args), _portable(kwargs)))
         s.depth += 1
         try:
             result = fn(*args, **kwargs)
@@ -334,10 +334,12 @@ def _shared_call(key: str) -> Callable:
 def _follow(s: Session) -> int:
     """The loop of a rank other than 0 under :func:`run_cli`: make each shared call rank 0 makes,
     until rank 0 says it is done, with its status (0, 1 where ``--fail-on`` failed, 2 where rank 0 refused
-    something outside a shared call). A failure ends the loop (exit 2, or 3 for a bug)."""
+    something outside a shared call). Between them it waits as long as rank 0 works alone (``memorize``, which
+    shares no call, for its whole run): no timeout applies (:meth:`Session.receive`). A failure ends the loop
+    (exit 2, or 3 for a bug)."""
     while True:
         try:
-            msg = s.broadcast(None)
+            msg = s.receive()
         except RankFailed:  # rank 0 is gone: it has said why
             return 2
         if msg[0] == "done":
@@ -384,7 +386,7 @@ def _run_rank(main: Callable[[list[str] | None], int], argv: list[str] | None) -
         finally:
             if not (s.peer_failed or s.noted):  # else the others are mid-call: they meet the closed connection
                 with contextlib.suppress(Exception):
-                    s.broadcast(("done", code))
+                    s.send(("done", code))
     else:
         with open(os.devnull, "w") as devnull, contextlib.ExitStack() as stack:
             if not debugging():

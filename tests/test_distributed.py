@@ -164,8 +164,11 @@ def test_one_process_works_through_a_session_of_one(monkeypatch):
     assert one.gather_rows(rows, "h", [(0, 2)], [[(0, 2)]]) == (rows, "h")
     one.same(1, "anything")
     one.publish("k", 1)
+    one.send("m")
     with pytest.raises(LookupError):
         one.fetch("k")
+    with pytest.raises(LookupError):
+        one.receive()
     import mhaaudit
 
     root = Path(mhaaudit.__file__).parent
@@ -410,39 +413,69 @@ def test_kruskal_on_a_file_splits_its_draws(tmp_path):
     assert KruskalResult.from_json(out0).distributed == JobFacts(world_size=2, backend="gloo")
 
 
-# A driver in which rank 0 takes SLOW_S seconds over its checks before its first shared call.
+# A driver in which rank 0 takes SLOW_S seconds: over its checks before its first shared call (SLOW_AT=checks),
+# or before its first collective inside a shared call (SLOW_AT=call).
 SLOW_DRIVER = textwrap.dedent("""
     import os, sys, time
+    from mhaaudit import collectives
     from mhaaudit.cli import output
 
     if os.environ.get("RANK") == "0":
-        real = output.prepare_outputs
+        if os.environ["SLOW_AT"] == "checks":
+            real = output.prepare_outputs
 
-        def slow(*args, **kwargs):
-            time.sleep(float(os.environ["SLOW_S"]))
-            return real(*args, **kwargs)
+            def slow(*args, **kwargs):
+                time.sleep(float(os.environ["SLOW_S"]))
+                return real(*args, **kwargs)
 
-        output.prepare_outputs = slow
+            output.prepare_outputs = slow
+        else:
+            gather = collectives.Session.all_gather
+
+            def slow_gather(self, obj):
+                if not getattr(self, "slept", False):
+                    self.slept = True
+                    time.sleep(float(os.environ["SLOW_S"]))
+                return gather(self, obj)
+
+            collectives.Session.all_gather = slow_gather
     from mhaaudit.__main__ import entry
     entry(sys.argv[1:])
 """)
 
 
 def test_a_rank_that_waits_past_the_timeout_is_named_as_waiting_not_as_killed(tmp_path):
-    """Rank 1 waits for rank 0's first call longer than ``MHAAUDIT_DIST_TIMEOUT`` and ends over it: rank 0 says
-    that it waited past the timeout, not that it stopped without reporting an error (killed, out of memory)."""
+    """Inside a shared call, rank 1 waits for rank 0 at a collective longer than ``MHAAUDIT_DIST_TIMEOUT`` and ends
+    over it: rank 0 says that it waited past the timeout, not that it stopped without reporting an error (killed,
+    out of memory)."""
     import numpy as np
 
     np.save(tmp_path / "X.npy", np.random.default_rng(0).standard_normal((40, 8)))
     driver = tmp_path / "slow.py"
     driver.write_text(SLOW_DRIVER)
     args = ["kruskal", tmp_path / "X.npy", "--k", 4, "--samples", 50, "--device", "cpu", "--plot", tmp_path / "k.png"]
-    (r0, out0, err0), (r1, out1, err1) = launch(args, driver=driver, SLOW_S=4, MHAAUDIT_DIST_TIMEOUT=1)
+    (r0, out0, err0), (r1, out1, err1) = launch(args, driver=driver, SLOW_S=4, SLOW_AT="call", MHAAUDIT_DIST_TIMEOUT=1)
     lines = err0.strip().splitlines()
     assert (r0, r1) == (2, 2) and len(lines) == 1, err0
     assert lines[0].startswith("Error: rank 1 of 2 failed: no answer from the other processes within 1 s"), lines[0]
     assert "MHAAUDIT_DIST_TIMEOUT" in lines[0] and "killed" not in lines[0]
     assert out0 == out1 == err1 == "" and not (tmp_path / "k.png").exists() and tmp_leftovers(tmp_path) == []
+
+
+def test_the_other_ranks_wait_for_rank_0_s_work_alone_past_the_timeout(tmp_path):
+    """Between shared calls the other ranks wait for rank 0 however long it works alone (its checks before the first
+    call here; ``memorize``, which shares no call, for its whole run): no timeout applies there. They waited in a
+    collective, and ended the job once ``MHAAUDIT_DIST_TIMEOUT`` passed."""
+    import numpy as np
+
+    np.save(tmp_path / "X.npy", np.random.default_rng(0).standard_normal((40, 8)))
+    driver = tmp_path / "slow.py"
+    driver.write_text(SLOW_DRIVER)
+    args = ["kruskal", tmp_path / "X.npy", "--k", 4, "--samples", 50, "--device", "cpu", "--format", "json"]
+    slow = dict(SLOW_S=4, SLOW_AT="checks", MHAAUDIT_DIST_TIMEOUT=1)
+    (r0, out0, err0), (r1, out1, err1) = launch(args, driver=driver, **slow)
+    assert (r0, r1, out1, err1) == (0, 0, "", ""), err0 + err1
+    assert [r["k"] for r in json.loads(out0)["records"]] == [4]
 
 
 # A driver that notes, on each rank that follows rank 0, the type of the data each shared call received.
