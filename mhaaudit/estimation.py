@@ -34,11 +34,12 @@ from .defaults import KRUSKAL_VECTORS
 from .distributed import describe, shared
 from .errors import InputError, Param
 from .facts import CaptureFacts, JobFacts
-from .feature_files import MappedArray, read_array, to_query_matrix
+from .feature_files import read_array, to_query_matrix
 from .features import FeatureSet
 from .keywords import given, refuse_disagreement
 from .kruskal import KruskalInputs, KruskalResult, as_matrix, data_read, fixed_rule
 from .kruskal.proofs import shared_proofs
+from .mapped import MappedArray
 from .numerics.stream import peak_rss_bytes
 from .probes import one_column
 from .progress import log, task
@@ -160,9 +161,7 @@ _REQUEST_FIELDS = {
     "query_index": "query_index",
 }
 _REQUEST_KEYS = tuple(k for k in _REQUEST_FIELDS if k != "features")
-_MODEL_KEYS = ("model", "variant", "backend", "weights", "revision", "trust_remote_code")
-_DATA_KEYS = ("data", *DATA_KEYWORDS)
-_CAPTURE_KEYS = (*_MODEL_KEYS, *_DATA_KEYS)
+_CAPTURE_KEYS = ("model", "variant", "backend", "weights", "revision", "trust_remote_code", "data", *DATA_KEYWORDS)
 
 
 def _pick(keywords: Mapping[str, Any], keys: Iterable[str]) -> dict[str, Any]:

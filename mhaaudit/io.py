@@ -15,7 +15,6 @@ from .documents import METADATA_KEY
 from .errors import InputError, OutputError, Param
 from .feature_files import FEATURE_EXTENSIONS as FEATURE_EXTENSIONS
 from .feature_files import MAX_HEADER_BYTES as MAX_HEADER_BYTES
-from .feature_files import MappedArray as MappedArray
 from .feature_files import parquet_declared_bytes as parquet_declared_bytes
 from .feature_files import read_array as read_array
 from .feature_files import refuse_results_file as refuse_results_file
@@ -24,6 +23,7 @@ from .feature_files import to_query_matrix as to_query_matrix
 from .feature_files import torch_declared_bytes as torch_declared_bytes
 from .feature_files import torch_load_reason as torch_load_reason
 from .files import arrow_source, kind_of, same_place, within
+from .mapped import MappedArray as MappedArray
 from .provenance import library_versions as library_versions
 from .provenance import stamp as stamp
 from .staging import (  # noqa: F401 - re-exported

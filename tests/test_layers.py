@@ -57,6 +57,7 @@ LAYERS: list[tuple[str, ...]] = [
         "as_stored",
         "feature_parquet",
         "tensor_values",
+        "mapped",
         "feature_files",
         "io",
         "collectives",

@@ -62,7 +62,7 @@ import torch
 
 from .. import distributed
 from ..errors import InputError, Param
-from ..feature_files import MappedArray
+from ..mapped import MappedArray
 from ..numerics import EPS64, RankRule, checked, decision_margin, numerics, row_norms, svd_rank, with_numerics
 from ..numerics.stream import tsqr, unit_of
 from .results import Bound, GramBrackets, SetStats, every_rows_independent

@@ -43,7 +43,7 @@ def shared_proofs(
     Args:
         tests: subset tests of ``X`` under one rule (their ``k`` differ).
         sweep: their sweep, or None.
-        X (torch.Tensor | mhaaudit.feature_files.MappedArray): the T x d vectors the tests drew from.
+        X (torch.Tensor | mhaaudit.mapped.MappedArray): the T x d vectors the tests drew from.
 
     Returns:
         The tests and the sweep, each replaced where a proof of another decides more of it.

@@ -42,7 +42,7 @@ from .. import distributed, validate
 from ..collectives import RankFailed
 from ..defaults import DEFAULT_DEVICE, DEFAULT_SAMPLES, DEFAULT_SEED, DEFAULT_STOP_WHEN_DECIDED, DEFAULT_THRESHOLD
 from ..errors import InputError, Param
-from ..feature_files import MappedArray
+from ..mapped import MappedArray
 from ..numerics import RankRule, lapack, numerics, philox, subnormals_kept, tf32_off
 from ..numerics.philox import split_key
 from ..numerics.stream import Rows, Unit, chunk_rows, nonfinite_message, refuse_unless_fits, scan_of
