@@ -179,10 +179,17 @@ def test_wrong_file_kind(tmp_path):
     path.write_text("a,b\n")
     with pytest.raises(InputError):
         image_source(str(path))
+    with pytest.raises(DataError, match=r"x.csv holds no values, only the names of its columns \(a, b\)$"):
+        text_source(str(path))  # a .csv is a text container; a header alone names no column that could be chosen
+    with pytest.raises(DataError, match=r"x.csv holds no values, only the names of its columns \(a, b\)$"):
+        text_source(str(path), text_column="a")
+    path.write_text("a,b\n,1\n,2\n")  # a column of empty values beside a column of numbers
     with pytest.raises(
-        DataError, match=r"x.csv has no string column; its columns: a .null., b .null.; choose one with text_column"
+        DataError, match=r"x.csv has no string column; its columns: a \(no values\), b \(int64\); choose one with"
     ):
-        text_source(str(path))  # a .csv is a text container; this one holds no strings
+        text_source(str(path))
+    with pytest.raises(InputError, match=r"column 'a' of CSV file .*x.csv holds no values, not text$"):
+        text_source(str(path), text_column="a")
     other = tmp_path / "x.xlsx"
     other.write_bytes(b"PK")
     with pytest.raises(InputError, match="not a text source"):

@@ -397,6 +397,11 @@ def table_of(target: Path, split: str = DEFAULT_SPLIT) -> Table:
     return table
 
 
+def _kind_words(kind: str) -> str:
+    """A column's kind for a message: Arrow's ``null`` type (a column with no value) said in words."""
+    return "no values" if kind == "null" else kind
+
+
 def choose_column(label: str, kinds: dict[str, str], wanted: str | None, kind: str) -> tuple[str, str]:
     """The column of ``kind`` (``"text"`` or ``"image"``) to read, and how it was chosen.
 
@@ -410,13 +415,15 @@ def choose_column(label: str, kinds: dict[str, str], wanted: str | None, kind: s
     """
     param = f"{kind}_column"
     good = [c for c, k in kinds.items() if k in _KINDS[kind]]
-    listing = ", ".join(f"{c} ({k})" for c, k in kinds.items()) or "none"
+    listing = ", ".join(f"{c} ({_kind_words(k)})" for c, k in kinds.items()) or "none"
+    if kinds and all(k == "null" for k in kinds.values()):  # a header and no row, or only empty values
+        raise DataError(f"{label} holds no values, only the names of its columns ({', '.join(kinds)})")
     if wanted is not None:
         if wanted not in kinds:
             raise InputError(f"{label} has no column '{wanted}'; its columns: {listing}")
         if kinds[wanted] not in _KINDS[kind]:
             others = f"; its {_WORDS[kind]} columns: {', '.join(good)}" if good else ""
-            raise InputError(f"column '{wanted}' of {label} holds {kinds[wanted]}, not {kind}{others}")
+            raise InputError(f"column '{wanted}' of {label} holds {_kind_words(kinds[wanted])}, not {kind}{others}")
         return wanted, "as asked"
     names = TEXT_NAMES if kind == "text" else IMAGE_NAMES
     for name in names:
