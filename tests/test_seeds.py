@@ -474,6 +474,56 @@ def test_kruskal_model_seeds_vary_data(capsys, vit_dir):
     assert any(r["aggregate"] == "summary" and r["check"] == "assumption_1" for r in recs)
 
 
+def test_the_data_seed_note_names_images_read_in_order_and_not_text(capsys, vit_dir, image_dir, bert_dir, tmp_path):
+    """The images of a folder keep their order, which a data seed cannot move, and the report says so; text read
+    from a file is drawn from with the data seed (cuts, documents), so no such note is given for it."""
+    words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lambda", "mu"]
+    text = tmp_path / "docs.txt"
+    text.write_text("\n\n".join(" ".join(words[(i + j) % 12] for j in range(30)) for i in range(12)) + "\n")
+    note = "keep their own order, so the data seed does not change them"
+    for model, data, extra in (
+        (vit_dir, image_dir, []),
+        (bert_dir, text, ["--context-length", "16"]),
+    ):
+        for command in ("check", "kruskal"):
+            where = ["--model"] if command == "kruskal" else []
+            rc, stdout, err = run(
+                capsys,
+                command,
+                *where,
+                model,
+                "--data",
+                data,
+                *extra,
+                "--limit",
+                "24",
+                "--samples",
+                "20",
+                "--batch-size",
+                "8",
+                "--seeds",
+                "0-1",
+                "--vary",
+                "data",
+                "--format",
+                "json",
+                "--device",
+                "cpu",
+            )
+            assert rc == 0, err
+            meta = json.loads(stdout)["meta"]
+            notes = meta["seed_notes"] + meta.get("notes", [])
+            said = [n for n in notes if note in n]
+            assert said == (
+                [
+                    f"--data {data}: images read from a folder or file {note}: only the built-in images, "
+                    "text examples and samples of data depend on it"
+                ]
+                if model == vit_dir
+                else []
+            ), (command, notes)
+
+
 def test_capacity_seeds(capsys, vit4):
     rc, stdout, err = run(
         capsys,

@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..kruskal.results import kruskal_meta
+from ..models import modality_of
 from .plan import SeedPlan
 from .records import SeedsResult, sweep_estimate_record
 from .spread import Layout, data_seed_notes, over_seeds, spread
@@ -40,4 +41,6 @@ def kruskal_seeds(run: Callable, plan: SeedPlan, capture, asked: Mapping[str, An
     read: list[str] = []  # each seed's notes of reading the data, once
     for note in (n for r in runs for n in r.notes):
         read += [] if note in read else [note]
-    return spread(layout, plan, runs, meta=meta, notes=[*data_seed_notes(plan, capture.data.data), *read])
+    m = capture.model
+    modality = modality_of(m.model, backend=m.backend, weights_path=m.weights_path)
+    return spread(layout, plan, runs, meta=meta, notes=[*data_seed_notes(plan, capture.data.data, modality), *read])

@@ -55,9 +55,10 @@ IMAGE_FILES_NOTE = (
 )
 
 
-def data_seed_notes(plan: SeedPlan, data) -> list[str]:
-    """What a varied data seed cannot move: the images of a folder or file (read in their own order)."""
-    if plan.vary == "data" and data not in (None, "builtin"):
+def data_seed_notes(plan: SeedPlan, data, modality: str) -> list[str]:
+    """What a varied data seed cannot move: the images of a folder or file (read in their own order). Text read
+    from a file is not among them: its examples are drawn from the documents with the data seed."""
+    if plan.vary == "data" and data not in (None, "builtin") and modality == "image":
         return [(Param("data") + " ") + f"{data}: {IMAGE_FILES_NOTE}"]
     return []
 
@@ -495,4 +496,5 @@ def run_and_spread(
     ``layout`` says; ``data`` is the data source the runs read, ``asked`` what else decides them
     (:func:`over_seeds`)."""
     runs = over_seeds(run, plan, asked=asked)
-    return spread(layout, plan, runs, meta=runs_meta(runs, plan), notes=data_seed_notes(plan, data))
+    notes = data_seed_notes(plan, data, runs[0].info.modality)
+    return spread(layout, plan, runs, meta=runs_meta(runs, plan), notes=notes)
