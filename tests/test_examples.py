@@ -83,6 +83,21 @@ def test_bert_pair_examples_structure():
     assert "[5, 25)" in ex.description and str(count) in ex.description
 
 
+def test_bert_pairs_say_documents_were_reused_when_redraws_used_them_up():
+    """Twelve copies of one 11-token document give few distinct pairs: their repeats are redrawn, each redraw
+    taking another document, and once the 24 are used up s1's documents are reused. The description said "one
+    per document" whenever there were at least as many documents as pairs; it now counts the documents used."""
+    docs = _unique_corpus(12, [30]) + ["w1 w2 w3 w4 w5 w6 w7 w8 w9 w10 w11"] * 12
+    for seed in range(3):
+        ex = bert_pair_examples(docs, WordTokenizer(), n=13, count=20, seed=seed)
+        used = len(set(ex.doc_index))
+        assert ex.repeats > 0 and used < 20
+        assert "one per document" not in ex.description
+        assert f"{used} documents for the 20 pairs' s1, some reused" in ex.description
+    ex = bert_pair_examples(_unique_corpus(30, [30]), WordTokenizer(), n=13, count=20, seed=0)
+    assert len(set(ex.doc_index)) == 20 and "one per document" in ex.description
+
+
 def test_bert_pair_examples_deterministic():
     docs = _unique_corpus(12, [50, 70])
     a = bert_pair_examples(docs, WordTokenizer(), n=20, count=50, seed=7)

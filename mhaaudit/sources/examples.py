@@ -519,7 +519,8 @@ def bert_pair_examples(
             is_next.append(nxt)
             s1_lengths.append(s1_len)
     k = sum(is_next)
-    reuse = "one per document" if len(lengths) >= count else "documents reused"
+    used = len(set(drawn.doc_index))  # s1's documents: distinct until the permutation is used up
+    reuse = "one per document" if used == count else f"{used} documents for the {count} pairs' s1, some reused"
     description = (
         f"{count} BERT-style '[CLS] s1 [SEP] s2' pairs of exactly {n} tokens (seed {seed}; len(s1) uniform "
         f"in [5, {n - 7}); s2 continues s1 in the same document for {k}, cut from another random "
