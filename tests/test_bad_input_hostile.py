@@ -357,6 +357,27 @@ def test_a_config_that_is_a_character_device_is_refused(capsys, vit_dir, timm_di
         assert stdout == ""
 
 
+@pytest.mark.parametrize("variants", ["random", "random,trained"])
+def test_a_folder_whose_tokenizer_or_preprocessing_cannot_be_read_is_refused(
+    capsys, vit_dir, bert_dir, tmp_path, variants
+):
+    """A truncated tokenizer.json (or preprocessor_config.json) was taken for no tokenizer (no processor): a random
+    column was fed another vocabulary and said the model shipped none, a trained one was refused as having no
+    tokenizer files; images were resized as the config says. Each is one line naming the file, and exit 2."""
+    bert, vit = tmp_path / "bert", tmp_path / "vit"
+    shutil.copytree(bert_dir, bert)
+    shutil.copytree(vit_dir, vit)
+    (bert / "tokenizer.json").write_text('{"version": "1.0", "model": {\n')
+    (vit / "preprocessor_config.json").write_text('{"size": ')
+    common = ["--variants", variants, "--limit", "20", "--samples", "20", *JSON]
+    rc, stdout, err = run(capsys, "check", bert, "--context-length", "16", *common)
+    assert_one_error(rc, err, f"the tokenizer files of {bert} (tokenizer.json, vocab.txt) cannot be read: Expecting")
+    assert stdout == ""
+    rc, stdout, err = run(capsys, "check", vit, *common)
+    assert_one_error(rc, err, f"the preprocessor_config.json of {vit} cannot be read: ")
+    assert stdout == ""
+
+
 def test_a_png_bomb_is_never_decoded(monkeypatch, capsys, hostile):
     """The header is believed only as far as it is checked: no image declaring more pixels than the cap reaches PIL's
     decoder (40 links to one bomb reached 7.1 GB)."""

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from ..errors import ModelError
+from ..errors import ModelError, one_line
 from ..files import native_name
 from .families import Family, family_of
 from .hub_reads import _Hub
@@ -29,7 +29,12 @@ MAX_INPUT_SIDE = 4096
 
 
 def load_tokenizer(candidates: list[str], hub: _Hub | None = None) -> object | None:
-    """The first usable tokenizer among folders / hub ids, or None (a missing tokenizer is not an error)."""
+    """The first usable tokenizer among folders / hub ids, or None (a missing tokenizer is not an error).
+
+    Raises:
+        ModelError: when a folder holds tokenizer files that cannot be read (a truncated ``tokenizer.json``, a
+            vocabulary of another format): another vocabulary in their place would be a silent substitute.
+    """
     try:
         from transformers import AutoTokenizer
     except ImportError:  # pragma: no cover
@@ -37,12 +42,18 @@ def load_tokenizer(candidates: list[str], hub: _Hub | None = None) -> object | N
     for src in candidates:
         local = os.path.isdir(src)
         # A folder without vocabulary files would give a nearly empty tokenizer, silently.
-        if local and not any(os.path.exists(os.path.join(src, f)) for f in _TOKENIZER_FILES):
+        present = [f for f in _TOKENIZER_FILES if os.path.exists(os.path.join(src, f))] if local else []
+        if local and not present:
             continue
         try:  # a folder by a name the tokenizers library takes, whatever bytes its own holds (a hub id is UTF-8)
             with native_name(src) as name:
                 tok = AutoTokenizer.from_pretrained(name, **(hub or _Hub()).kwargs(local))
-        except Exception:  # noqa: BLE001 - a missing tokenizer is not an error here
+        except Exception as exc:  # noqa: BLE001 - a hub id's tokenizer missing (offline) is not an error here
+            if local:
+                raise ModelError(
+                    f"the tokenizer files of {src} ({', '.join(present)}) cannot be read: "
+                    f"{one_line(exc, 300, first_line=True)}"
+                ) from None
             continue
         try:
             specials = len(set(getattr(tok, "all_special_tokens", []) or []))
@@ -70,7 +81,11 @@ def image_transform(cfg: Any, family: str, sources: list[str], hub: _Hub | None 
 
             proc = AutoImageProcessor.from_pretrained(source, **(hub or _Hub()).kwargs(local))
             break
-        except Exception:  # noqa: BLE001 - fall back to the config values
+        except Exception as exc:  # noqa: BLE001 - a hub id's processor missing (offline): the config's values
+            if local:  # the folder's own preprocessing, unreadable: the config's would be a silent substitute
+                raise ModelError(
+                    f"the preprocessor_config.json of {source} cannot be read: {one_line(exc, 300, first_line=True)}"
+                ) from None
             proc = None
     if proc is None:
         from transformers import ViTImageProcessor
