@@ -14,6 +14,7 @@ from typing import Any
 __all__ = [
     "CHECK_MEANING",
     "CHECK_TITLES",
+    "KIND_TITLES",
     "MEANINGS",
     "REGISTRY",
     "TITLES",
@@ -64,6 +65,17 @@ class _Field(Mapping):
 
 CHECK_TITLES: Mapping[str, str] = _Field("title", TITLES)
 CHECK_MEANING: Mapping[str, str] = _Field("meaning", MEANINGS)
+
+#: What a published value of ``reproduce`` that is not a check's fraction is, by its kind.
+KIND_TITLES = {
+    "ranks": "ranks of d-subsets",
+    "sweep": "sweep fraction",
+    "shape": "Figure 1 level",
+    "estimate": "Kruskal estimate",
+    "linear": "linear in H",
+    "monotone": "rises with H",
+    "theorem1": "Theorem 1 count",
+}
 
 
 def is_decided(exact_status: str | None) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from rich.markup import escape
 from rich.table import Table
 
-from .check_words import CHECK_TITLES, fraction_text
+from .check_words import CHECK_TITLES, KIND_TITLES, fraction_text
 from .console import shown
 from .errors import Param
 from .render_kruskal import WHOLE_SET_LEGEND, WHOLE_SET_MARK
@@ -163,10 +163,13 @@ def _reproduce_table(result) -> Table:
         ("paper inside", False),
         ("seeds matching", False),
     ):
-        t.add_column(col, no_wrap=no_wrap)
+        t.add_column(col, no_wrap=no_wrap, min_width=12 if col == "what" else None)  # "Assumption 1" whole
     for s in rows:
         cell = s.cell
-        what = CHECK_TITLES.get(cell.check, cell.check) if cell.kind == "check" else cell.kind
+        what = (
+            CHECK_TITLES.get(cell.check, cell.check) if cell.kind == "check" else KIND_TITLES.get(cell.kind, cell.kind)
+        )
+        found = _cell_records(result, s)
         paper = (s.paper.verdict if s.paper is not None else None) or ""
         if s.paper is not None and s.paper.value is not None:
             paper += f" {_num(s.paper.value)}"
@@ -176,13 +179,31 @@ def _reproduce_table(result) -> Table:
             *((shown(cell.model),) if several else ()),
             escape(str(cell.column)),
             escape(str(what)),
-            _num(cell.k),
+            _k_text(cell.k, found),
             escape(paper),
-            _range(s),
+            _range(s) if s.median is not None else _verdicts(found),
             inside,
             f"{against.seeds_matching if against is not None else 0} of {s.runs}",
         )
     return t
+
+
+def _k_text(k, found: list[tuple[int, dict]]) -> str:
+    """The paper's subset size, and ours after it where the audited model's n or d differs (as the one-seed table
+    gives them: ``768 / 32``)."""
+    ours = sorted({r["our_k"] for _, r in found if r.get("our_k") is not None} - {k})
+    return _num(k) + (" / " + ", ".join(map(str, ours)) if ours else "")
+
+
+def _verdicts(found: list[tuple[int, dict]]) -> str:
+    """Our side of a published value that has no number (the ranks of d-subsets): each seed's, as its one-seed
+    table says it; ``-`` where no seed gave one."""
+    said = [(seed, r.get("our_verdict")) for seed, r in found]
+    if not any(v is not None for _, v in said):
+        return "-"
+    if len(said) > 1 and len({v for _, v in said}) == 1:
+        return escape(f"{said[0][1]} (every seed)")
+    return escape(", ".join(f"{v if v is not None else '-'} (seed {seed})" for seed, v in said))
 
 
 def seeds_report(result) -> list:
@@ -190,7 +211,7 @@ def seeds_report(result) -> list:
     items: list = [escape(f"{result.command}: {result.plan.describe()}.")]
     items += [f"note: {shown(n)}" for n in result.notes[1:]]
     if result.command == "reproduce":
-        items.append(_reproduce_table(result))
+        items += [_reproduce_table(result), "k: the paper's / ours where they differ."]
     elif any(s.cell.check != "sweep_estimate" for s in result.summaries):
         items.append(_cell_table(result))
         if result.command != "capacity" and any(_whole_set_seeds(result, s) for s in result.summaries):

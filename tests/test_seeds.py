@@ -18,6 +18,7 @@ from rich.table import Table
 
 from mhaaudit import audit, load_sharing, pipeline
 from mhaaudit.auditing import AuditResult, capture_features
+from mhaaudit.check_words import CHECK_TITLES
 from mhaaudit.documents import encode_result
 from mhaaudit.errors import InputError
 from mhaaudit.render import print_json
@@ -565,6 +566,36 @@ def test_reproduce_seeds_table_says_what_each_row_is_at_100_columns(capsys, monk
     for what in ("General", "Assumption 1", "Assumption 2", "ranks"):
         assert what in rows
     assert "…" not in rows and "│ vit " not in rows
+
+
+def test_reproduce_seeds_table_gives_our_k_and_our_ranks_as_the_records_do(capsys, monkeypatch, vit_dir, tmp_path):
+    """The several-seed table gave the paper's k alone where ours was the audited model's n or d, and "-" for our
+    ranks of d-subsets, a published value with no number. Each row now gives k as the one-seed table does (the
+    paper's / ours) and each seed's ranks, as the records written beside it hold them."""
+    monkeypatch.setenv("COLUMNS", "160")
+    out = tmp_path / "r.parquet"
+    args = ["reproduce", "table1", "--model", f"vit={vit_dir}", "--limit", "40", "--samples", "60", "--seeds", "0-1"]
+    rc, table, err = run(capsys, *args, "--device", "cpu", "--out", out)
+    assert rc == 0, err
+    rows = {}
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip("│").split("│")]
+        if line.startswith("│") and len(cells) == 7:
+            rows[(cells[0], cells[1])] = cells
+    per_seed = [r for r in pq.read_table(out).to_pylist() if r["aggregate"] == "seed"]
+    assert {r["kind"] for r in per_seed} >= {"check", "ranks"}
+    for r in per_seed:
+        what = "ranks of d-subsets" if r["kind"] == "ranks" else CHECK_TITLES[r["check"]]
+        row = rows[(r["column"], what)]
+        assert r["our_k"] is not None and r["our_k"] != r["k"]  # a tiny model: n = 17, d = 32
+        assert row[2] == f"{r['k']} / {r['our_k']}"
+        if r["kind"] == "ranks":
+            same = [x["our_verdict"] for x in per_seed if (x["column"], x["kind"]) == (r["column"], "ranks")]
+            assert r["our_verdict"] and row[4] == (
+                f"{r['our_verdict']} (every seed)" if len(set(same)) == 1 else row[4]
+            )
+            assert r["our_verdict"] in row[4]
+    assert "k: the paper's / ours where they differ." in table
 
 
 def test_reproduce_seeds_marks_whether_the_published_value_is_inside(capsys, vit_dir):

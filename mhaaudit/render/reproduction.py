@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from rich.markup import escape
 from rich.table import Table
 
-from ..check_words import CHECK_TITLES
+from ..check_words import CHECK_TITLES, KIND_TITLES
 from ..console import shown
 from .common import print_report
 
@@ -47,17 +47,6 @@ def _our_cell(c) -> str:
         value = f" {v:.4f}" if 0.0 <= v <= 1.0 else f" {v:g}"
     ci = "" if c.ci_low is None else f"\n[{c.ci_low:.3f}, {c.ci_high:.3f}]"
     return escape(f"{c.our_verdict}{value}{ci}")
-
-
-KIND_TITLES = {
-    "ranks": "ranks of d-subsets",
-    "sweep": "sweep fraction",
-    "shape": "Figure 1 level",
-    "estimate": "Kruskal estimate",
-    "linear": "linear in H",
-    "monotone": "rises with H",
-    "theorem1": "Theorem 1 count",
-}
 
 
 def reproduction_table(result) -> tuple[Table, list[str]]:
