@@ -482,35 +482,15 @@ def test_the_data_seed_note_names_images_read_in_order_and_not_text(capsys, vit_
     text = tmp_path / "docs.txt"
     text.write_text("\n\n".join(" ".join(words[(i + j) % 12] for j in range(30)) for i in range(12)) + "\n")
     note = "keep their own order, so the data seed does not change them"
+    args = ["--limit", "24", "--samples", "20", "--batch-size", "8", "--seeds", "0-1", "--vary", "data"]
+    args += ["--format", "json", "--device", "cpu"]
     for model, data, extra in (
         (vit_dir, image_dir, []),
         (bert_dir, text, ["--context-length", "16"]),
     ):
         for command in ("check", "kruskal"):
             where = ["--model"] if command == "kruskal" else []
-            rc, stdout, err = run(
-                capsys,
-                command,
-                *where,
-                model,
-                "--data",
-                data,
-                *extra,
-                "--limit",
-                "24",
-                "--samples",
-                "20",
-                "--batch-size",
-                "8",
-                "--seeds",
-                "0-1",
-                "--vary",
-                "data",
-                "--format",
-                "json",
-                "--device",
-                "cpu",
-            )
+            rc, stdout, err = run(capsys, command, *where, model, "--data", data, *extra, *args)
             assert rc == 0, err
             meta = json.loads(stdout)["meta"]
             notes = meta["seed_notes"] + meta.get("notes", [])
