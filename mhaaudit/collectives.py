@@ -71,14 +71,42 @@ class Session:
     solo: bool = False  # inside alone(): this rank works as one process (current() and lockstep() say so)
     waits: int = 0  # wait_for_all calls made (every rank makes the same ones)
     sent: int = 0  # what rank 0 has sent the others (send), or this rank received (receive)
+    calls: int = 0  # collectives entered (every rank enters the same ones: _arrive counts them)
 
     # ------------------------------------------------------------------ collectives
 
     def _call(self, fn: Callable, *args, **kwargs):
+        self._arrive()
         try:
             return fn(*args, group=self.group, **kwargs)
         except RuntimeError as exc:  # gloo: connection closed by peer, or timed out
             raise self._lost(exc) from None
+
+    def _arrive(self) -> None:
+        """Return once every rank has come to this collective: each counts itself in the job's store and waits
+        there, reading the others' failure notes as it waits. A rank that failed before the collective (rank 0
+        too, whose process holds the store and leaves last) is then heard at once, and no rank waits inside a
+        collective that a failed rank will never join, until that rank's process ends.
+
+        Raises:
+            RankFailed: when another rank failed on bad input, its process is gone, or the others have not come
+                within the collective timeout (:func:`timeout_s`).
+            RankCrashed: when another rank failed on a bug.
+        """
+        if self.store is None:
+            return
+        self.calls += 1
+        key = f"{_PREFIX}arrived/{self.calls}"
+        if self._store_call(self.store.add, key, 1) >= self.world_size:
+            return
+        start, pause, limit = time.monotonic(), 0.0005, timeout_s()
+        while self._store_call(self.store.add, key, 0) < self.world_size:
+            if self._notes() or self._dead_ranks():
+                raise self._lost(None)
+            if time.monotonic() - start > limit:
+                raise self._lost(RuntimeError(f"timed out after {limit:g} s at collective {self.calls}"))
+            time.sleep(pause)
+            pause = min(2 * pause, 0.05)
 
     def all_gather(self, obj) -> list:
         """Every rank's ``obj``, by rank."""
