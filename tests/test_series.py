@@ -739,6 +739,13 @@ def test_a_results_file_of_other_files_under_the_same_names_is_not_resumed(
     monkeypatch.chdir(tmp_path / "here")
     rc, first, err = run(capsys, *args)
     assert rc == 0, err
+    assert set(strict_json(first)["meta"]["series"]["key"]["local"]) == {"model", "data"}
+    walked: list = []  # without --out nothing is resumed: no folder is walked for it
+    real = series_run.local_state
+    monkeypatch.setattr(series_run, "local_state", lambda *a, **k: walked.append(a))
+    rc, alone, err = run(capsys, *args[: args.index("--out")])
+    assert rc == 0 and walked == [] and strict_json(alone)["meta"]["series"]["key"]["local"] is None, err
+    monkeypatch.setattr(series_run, "local_state", real)
     # the same files: resumed, a training run's later checkpoints saved in the model's folder notwithstanding (its
     # weights files and folders, which a series never reads of it)
     shutil.copytree(vit_series / "runs" / "ckpt-400", tmp_path / "here" / "model" / "checkpoint-400")

@@ -207,7 +207,7 @@ def audit_series(
             inputs = [req.model.model, req.data.data, *plan.series.paths]
             out = check_results_out(out, Message(Param("out")), inputs, writer=distributed.lockstep().rank == 0)
         seed_plan = plan_for(req.settings, seeds, vary)
-        store = _Store(out, _key(plan, req.settings, seed_plan), seed_plan, names)
+        store = _Store(out, _key(plan, req.settings, seed_plan, local=out is not None), seed_plan, names)
         t0 = time.perf_counter()
         on_note = _each_once(on_note)  # every audit of the series gives the model's and the data's notes again
         for seed_run in [None] if seed_plan is None else seed_plan.runs():
@@ -227,11 +227,12 @@ def audit_series(
 # --------------------------------------------------------------------------- what the results depend on
 
 
-def _key(plan: _Plan, settings: Settings, seeds: SeedPlan | None) -> dict:
-    """What a run's results depend on, but the checkpoints: the model, data, settings, columns and seeds, and of
-    the model and data that are local files, their real place and their files' names, sizes and modification
-    times (``where.local_state``: a model folder's own files but its weights, a data folder's at any depth): a
-    results file of other settings is not resumed."""
+def _key(plan: _Plan, settings: Settings, seeds: SeedPlan | None, *, local: bool) -> dict:
+    """What a run's results depend on, but the checkpoints: the model, data, settings, columns and seeds, and with
+    ``local`` (a results file to resume: ``--out``), of the model and data that are local files, their real place
+    and their files' names, sizes and modification times (``where.local_state``: a model folder's own files but its
+    weights, a data folder's at any depth): a results file of other settings is not resumed. Without ``local`` no
+    folder is walked (``local`` is None): nothing would be resumed against it."""
     what = {
         "model": dataclasses.asdict(plan.base),
         "source": plan.series.source,
@@ -239,7 +240,9 @@ def _key(plan: _Plan, settings: Settings, seeds: SeedPlan | None) -> dict:
         "local": {
             "model": local_state(plan.base.model, below=False, skip=MODEL_WEIGHTS),
             "data": local_state(plan.data.data, below=True),
-        },
+        }
+        if local
+        else None,
         "settings": {k: v for k, v in settings.as_dict().items()},
         "columns": {"order": list(plan.order), "layer": plan.columns.layer, "sweep": plan.columns.sweep},
         "seeds": None if seeds is None else seeds.as_dict(),
