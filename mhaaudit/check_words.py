@@ -21,6 +21,8 @@ __all__ = [
     "decided_status",
     "fraction_text",
     "is_decided",
+    "published_what",
+    "subset_sizes",
 ]
 
 #: The built-in checks' titles, and the Kruskal test's (a test no check names), by name.
@@ -76,6 +78,20 @@ KIND_TITLES = {
     "monotone": "rises with H",
     "theorem1": "Theorem 1 count",
 }
+
+
+def published_what(kind: str, check: str | None) -> str:
+    """What a published value of ``reproduce`` is, for its table's row: the check's title, or its kind's."""
+    return CHECK_TITLES.get(check, check) if kind == "check" and check else KIND_TITLES.get(kind, kind)
+
+
+def subset_sizes(k: int | None, ours) -> str:
+    """The paper's subset size ``k``, and after it the sizes ``ours`` (our tests' n or d) that differ from it:
+    ``768 / 32``; empty without ``k``."""
+    if k is None:
+        return ""
+    other = sorted({v for v in ours if v is not None} - {k})
+    return str(k) + (" / " + ", ".join(map(str, other)) if other else "")
 
 
 def is_decided(exact_status: str | None) -> bool:

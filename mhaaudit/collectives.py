@@ -99,18 +99,30 @@ class Session:
         key = f"{_PREFIX}arrived/{self.calls}"
         if self._store_call(self.store.add, key, 1) >= self.world_size:
             return
-        start, pause, limit = time.monotonic(), 0.0005, timeout_s()
-        looked = start  # the others' notes and processes are read as often as wait_for_all reads them
-        while self._store_call(self.store.add, key, 0) < self.world_size:
+        limit = timeout_s()
+        self._poll(lambda: self._store_call(self.store.add, key, 0) >= self.world_size, 0.0005, 0.05, limit)
+
+    def _poll(self, ready: Callable[[], bool], pause: float, longest: float, limit: float | None = None) -> None:
+        """Return once ``ready()`` (a read of the job's store) is true, asking it again after ``pause`` seconds,
+        doubled each time up to ``longest``; the other ranks' failure notes and processes are read at the first wait,
+        then every 0.2 s.
+
+        Raises:
+            RankFailed: when another rank failed on bad input, or its process is gone; when ``limit`` seconds (the
+                collective timeout) pass first.
+            RankCrashed: when another rank failed on a bug.
+        """
+        start, looked = time.monotonic(), float("-inf")  # read at once, then every 0.2 s
+        while not ready():
             now = time.monotonic()
             if now - looked >= 0.2:
                 if self._notes() or self._dead_ranks():
                     raise self._lost(None)
                 looked = now
-            if now - start > limit:
+            if limit is not None and now - start > limit:
                 raise self._lost(RuntimeError(f"timed out after {limit:g} s at collective {self.calls}"))
             time.sleep(pause)
-            pause = min(2 * pause, 0.05)
+            pause = min(2 * pause, longest)
 
     def all_gather(self, obj) -> list:
         """Every rank's ``obj``, by rank."""
@@ -160,12 +172,8 @@ class Session:
             RankCrashed: when another rank failed on a bug.
         """
         self.sent += 1
-        key, pause = [f"{_PREFIX}sent/{self.sent}"], 0.005
-        while not self._store_call(self.store.check, key):
-            if self._notes() or self._dead_ranks():
-                raise self._lost(None)
-            time.sleep(pause)
-            pause = min(2 * pause, 0.2)
+        key = [f"{_PREFIX}sent/{self.sent}"]
+        self._poll(lambda: self._store_call(self.store.check, key), 0.005, 0.2)
         return self.broadcast(None)
 
     def same(self, value, what: str) -> None:
@@ -255,10 +263,7 @@ class Session:
         key = f"{_PREFIX}reached/{what}/{self.waits}/"
         self._store_call(self.store.set, key + str(self.rank), "1")
         everyone = [key + str(r) for r in range(self.world_size)]
-        while not self._store_call(self.store.check, everyone):
-            if self._notes() or self._dead_ranks():
-                raise self._lost(None)
-            time.sleep(0.2)
+        self._poll(lambda: self._store_call(self.store.check, everyone), 0.2, 0.2)
 
     # ------------------------------------------------------------------ values through the store
 

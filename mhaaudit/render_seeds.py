@@ -10,7 +10,7 @@ from __future__ import annotations
 from rich.markup import escape
 from rich.table import Table
 
-from .check_words import CHECK_TITLES, KIND_TITLES, fraction_text
+from .check_words import CHECK_TITLES, fraction_text, published_what, subset_sizes
 from .console import shown
 from .errors import Param
 from .render_kruskal import WHOLE_SET_LEGEND, WHOLE_SET_MARK
@@ -166,9 +166,7 @@ def _reproduce_table(result) -> Table:
         t.add_column(col, no_wrap=no_wrap, min_width=12 if col == "what" else None)  # "Assumption 1" whole
     for s in rows:
         cell = s.cell
-        what = (
-            CHECK_TITLES.get(cell.check, cell.check) if cell.kind == "check" else KIND_TITLES.get(cell.kind, cell.kind)
-        )
+        what = published_what(cell.kind, cell.check)
         found = _cell_records(result, s)
         paper = (s.paper.verdict if s.paper is not None else None) or ""
         if s.paper is not None and s.paper.value is not None:
@@ -179,20 +177,13 @@ def _reproduce_table(result) -> Table:
             *((shown(cell.model),) if several else ()),
             escape(str(cell.column)),
             escape(str(what)),
-            _k_text(cell.k, found),
+            subset_sizes(cell.k, [r.get("our_k") for _, r in found]) or "-",
             escape(paper),
             _range(s) if s.median is not None else _verdicts(found),
             inside,
             f"{against.seeds_matching if against is not None else 0} of {s.runs}",
         )
     return t
-
-
-def _k_text(k, found: list[tuple[int, dict]]) -> str:
-    """The paper's subset size, and ours after it where the audited model's n or d differs (as the one-seed table
-    gives them: ``768 / 32``)."""
-    ours = sorted({r["our_k"] for _, r in found if r.get("our_k") is not None} - {k})
-    return _num(k) + (" / " + ", ".join(map(str, ours)) if ours else "")
 
 
 def _verdicts(found: list[tuple[int, dict]]) -> str:

@@ -9,6 +9,7 @@ importable from here, with :func:`render_seeds`, which prints the report
 :func:`mhaaudit.render_seeds.seeds_report` lays out.
 """
 
+from ..check_words import KIND_TITLES
 from ..render_seeds import seeds_report
 from .audit import (
     audit_lines,
@@ -51,7 +52,6 @@ from .memorize import (
     seed_summary_table,
 )
 from .reproduction import (
-    KIND_TITLES,
     STATUS_MARK,
     published_number,
     render_reproduction,

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from rich.markup import escape
 from rich.table import Table
 
-from ..check_words import CHECK_TITLES, KIND_TITLES
+from ..check_words import published_what, subset_sizes
 from ..console import shown
 from .common import print_report
 
@@ -67,8 +67,7 @@ def reproduction_table(result) -> tuple[Table, list[str]]:
     t.add_column("match", no_wrap=True)
     notes: dict[str, int] = {}
     for c in result.comparisons:
-        what = CHECK_TITLES.get(c.check, c.check) if c.kind == "check" else KIND_TITLES.get(c.kind, c.kind)
-        k = "" if c.k is None else (str(c.k) if c.our_k in (None, c.k) else f"{c.k} / {c.our_k}")
+        what, k = published_what(c.kind, c.check), subset_sizes(c.k, [c.our_k])
         mark = STATUS_MARK[c.status]
         if c.reason:
             mark += escape(f" [{notes.setdefault(c.reason, len(notes) + 1)}]")
