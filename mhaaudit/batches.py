@@ -47,6 +47,7 @@ class DataInfo:
     parts: list = field(default_factory=list)
     shard: Any = field(default_factory=distributed.SingleProcess, repr=False)  # the session that dealt the batches
     batch: BatchChoice | None = None  # the batch size used and how it was chosen (set by stream())
+    documents_sha256: str | None = None  # text, asked for: the digest of the documents drawn from (any data seed)
 
     def settle(self) -> None:
         """Take the source's count of skipped items once it has been read."""
@@ -65,7 +66,13 @@ class DataInfo:
 
 
 def example_batches(
-    pm, data: DataRequest, seed: int, notes: list[str], need: int | None = None, progress: bool = False
+    pm,
+    data: DataRequest,
+    seed: int,
+    notes: list[str],
+    need: int | None = None,
+    progress: bool = False,
+    digest: bool = False,
 ) -> tuple[DataInfo, Iterator[Any]]:
     """Raw batches of examples for ``pm`` (not yet model inputs) and the data's description.
 
@@ -73,7 +80,8 @@ def example_batches(
     images than ``need`` is refused here, before any forward pass. Text: ``(token-id rows,
     segment-id rows or None)`` built with the paper's constructions (BERT pairs
     ``[CLS] s1 [SEP] s2``, GPT windows of n tokens); with ``progress``, building the built-in
-    corpus and the examples shows on stderr.
+    corpus and the examples shows on stderr; with ``digest``, the info's ``documents_sha256`` is the digest of
+    the documents the examples were drawn from (``TextExamples.corpus_sha256``).
 
     Raises:
         InputError: when a text column is named for an image model, or an image column or RGB conversion for a
@@ -105,7 +113,7 @@ def example_batches(
     if data.image_column is not None or data.convert_rgb:
         given = Param("image_column") if data.image_column is not None else Param("convert_rgb")
         raise InputError(given + f" applies to images; {pm.info.name} reads text (use " + Param("text_column") + ")")
-    return _text_batches(pm, data, seed, notes, progress)
+    return _text_batches(pm, data, seed, notes, progress, digest)
 
 
 def _image_batches(pm, src, batch_size: int) -> Iterator:
@@ -164,7 +172,7 @@ def refuse_foreign_vocabulary(pm) -> None:
 
 
 def _text_batches(
-    pm, data: DataRequest, seed: int, notes: list[str], progress: bool = False
+    pm, data: DataRequest, seed: int, notes: list[str], progress: bool = False, digest: bool = False
 ) -> tuple[DataInfo, Iterator[Any]]:
     info = pm.info
     src = text_source(data.data, split=data.split, seed=seed, text_column=data.text_column, progress=progress)
@@ -177,7 +185,7 @@ def _text_batches(
     decoder = info.decoder  # decided at load (ModelInfo.decoder)
     build = gpt_window_examples if decoder else bert_pair_examples
     with status(f"Building {data.limit} text examples of n = {info.n} tokens", progress):
-        ex = build(src, tok, info.n, data.limit, seed=seed, distinct=not data.keep_duplicates)
+        ex = build(src, tok, info.n, data.limit, seed=seed, distinct=not data.keep_duplicates, corpus_digest=digest)
     # Segment ids as BERT's next-sentence inputs have them: 0 up to and including [SEP], 1 after.
     segments = None
     if not decoder and ex.s1_lengths is not None and int(getattr(pm.config, "type_vocab_size", 0) or 0) >= 2:
@@ -202,5 +210,6 @@ def _text_batches(
     )
     info = DataInfo(name=ex.description, source=src, duplicates=dups, duplicates_line=line)
     info.skips = ex.skips
+    info.documents_sha256 = ex.corpus_sha256
     info.skipped = sum(v["count"] for v in ex.skips.values())
     return info, gen()

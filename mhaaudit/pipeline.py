@@ -408,7 +408,8 @@ def _assigned(
     rank (every batch in one process), read ahead on a helper thread."""
     if shard.rank == 0:
         try:
-            info, raw = example_batches(pm, data, settings.data_seed_used, notes, need, settings.progress)
+            seed, digest = settings.data_seed_used, readings.recorded()  # digest: while the ranks' readings compare
+            info, raw = example_batches(pm, data, seed, notes, need, settings.progress, digest=digest)
         except Exception as exc:  # refused before the first batch: the other ranks hear it as from a batch
             for _ in shard.deal(_raising(exc)):
                 pass
@@ -576,6 +577,8 @@ def stream(
     if digest is not None:  # images of a folder, file or data set do not depend on the data seed
         seeded = pm.info.modality != "image" or isinstance(info.source, BuiltinImages)
         readings.note_inputs(pm, data.data, settings.data_seed_used if seeded else None, digest)
+        if info.documents_sha256 is not None:  # what ranks with other data seeds compare
+            readings.note_documents(pm, data.data, info.documents_sha256)
     if keeping is not None and not keeping.over_budget:
         keeping.keys, keeping.notes = (key, (data, *job)), list(notes[first_note:])
         keeping.info = replace(info, source=None, fed=list(info.fed), parts=list(info.parts))

@@ -11,8 +11,11 @@ order, whatever the batch sizes), and each model built (:func:`mhaaudit.pipeline
 its tensors and that of its layout (its configuration in what the audit computes with, and the names,
 shapes and dtypes of its tensors), each under a label that names what decides it: the data seed where
 the examples depend on it (the built-in data and text), the weights seed where the weights do (random
-weights). The digests cover what the model was given, not file names, sizes or times: a single byte
-that reaches the model makes them differ, and the bytes hashed are those the run reads anyway.
+weights). Text also notes the digest of the documents its examples were drawn from (the token ids of each
+qualifying document of a source read whole, or the built-in corpus's text), under a label with no seed, so
+that ranks running other data seeds compare it too. The digests cover what the model was given, not file
+names, sizes or times: a single byte that reaches the model makes them differ, and the bytes hashed are
+those the run holds anyway.
 :func:`disagreement` names the first label whose digests differ between rank 0 and another rank, and
 :func:`asked_difference` the first option the ranks were given differently.
 """
@@ -115,6 +118,13 @@ def note_inputs(pm, data: str | None, data_seed: int | None, digest: InputsDiges
         f"the model inputs of {pm.info.name} read from {where}" + (f" with data seed {data_seed}" if seeded else ""),
         digest.hexdigest(),
     )
+
+
+def note_documents(pm, data: str | None, digest: str) -> None:
+    """Note the digest of the text documents the examples for ``pm`` were drawn from (``TextExamples.corpus_sha256``:
+    the same whatever the data seed, so ranks running other data seeds compare it too)."""
+    where = "the built-in text" if data is None else str(data)
+    note(f"the documents {pm.info.name} drew its examples from ({where})", digest)
 
 
 def model_digests(pm, init: str, weights_seed: int, max_layer: int) -> dict[str, str]:

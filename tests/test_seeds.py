@@ -759,7 +759,14 @@ def test_seeds_spread_over_nodes_that_read_other_files_are_refused_on_every_rank
     cwds = _two_nodes(tmp_path, image_dir, differ)
     args = ["check", "./tiny", "--data", "images", "--variants", "trained", "--seeds", "0-1", "--out", "out.parquet"]
     args += ["--limit", 20, "--batch-size", 4, "--samples", 50, "--device", "cpu", "--format", "json"]
-    (r0, out0, err0), (r1, out1, err1) = launch(args, cwds=cwds)
+    _ran_or_refused_on_every_rank(launch(args, cwds=cwds), cwds, words)
+
+
+def _ran_or_refused_on_every_rank(ends: list, cwds: list, words: str | None) -> None:
+    """The two ranks' ends (``launch``) of a run that writes ``out.parquet``: both ran and rank 0 wrote it
+    (``words`` None), or both refused with exit 2, rank 0 saying in one line that rank 1 read other inputs,
+    ``words`` among them, and nothing written."""
+    (r0, out0, err0), (r1, out1, err1) = ends
     if words is None:
         assert (r0, r1) == (0, 0), err0 + err1
         assert (cwds[0] / "out.parquet").is_file()
@@ -770,6 +777,62 @@ def test_seeds_spread_over_nodes_that_read_other_files_are_refused_on_every_rank
     assert words in lines[0] and "every node must hold the same data and model files" in lines[0], err0
     assert "Traceback" not in err0 and out0 == out1 == err1 == ""
     assert not (cwds[0] / "out.parquet").exists() and not (cwds[1] / "out.parquet").exists()
+
+
+def _docs(changed: bool = False) -> str:
+    """Twelve documents of 30 words; ``changed``: one word of the eighth is another."""
+    words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lambda", "mu"]
+    docs = [[words[(i + j) % 12] for j in range(30)] for i in range(12)]
+    if changed:
+        docs[7][11] = "omega"
+    return "\n\n".join(" ".join(d) for d in docs) + "\n"
+
+
+@pytest.mark.parametrize("differ", ["word", pytest.param("nothing", marks=pytest.mark.slow)])
+def test_text_read_with_other_data_seeds_on_each_node_is_compared(bert_dir, tmp_path, differ):
+    """Seeds spread over the ranks with ``--vary data``: each rank draws its examples from its own node's text
+    file with its own data seeds, so no two ranks feed the same examples; the documents they are drawn from are
+    compared all the same. One word changed on rank 1's node makes every rank refuse, exit 2, rank 0 naming the
+    documents in one line and writing nothing; copies that agree give the run."""
+    import shutil
+
+    from test_distributed import launch
+
+    cwds = [tmp_path / "rank0", tmp_path / "rank1"]
+    for r, c in enumerate(cwds):
+        shutil.copytree(bert_dir, c / "tiny")
+        (c / "docs.txt").write_text(_docs(changed=r == 1 and differ == "word"))
+    args = ["check", "./tiny", "--data", "docs.txt", "--context-length", 16, "--variants", "trained"]
+    args += ["--seeds", "0-1", "--vary", "data", "--limit", 20, "--samples", 50, "--device", "cpu"]
+    args += ["--out", "out.parquet", "--format", "json"]
+    words = "the documents ./tiny drew its examples from (docs.txt) differ" if differ == "word" else None
+    _ran_or_refused_on_every_rank(launch(args, cwds=cwds), cwds, words)
+
+
+def test_the_documents_digest_is_the_same_for_every_data_seed(bert_dir, tmp_path):
+    """The digest of the documents examples are drawn from: asked for only, the same whatever the data seed
+    (the examples themselves differ), another for one word changed, and for the built-in corpus its own text's,
+    the same whatever the seed."""
+    from transformers import AutoTokenizer
+
+    from mhaaudit.sources import BuiltinText, bert_pair_examples, gpt_window_examples, text_source
+
+    tok = AutoTokenizer.from_pretrained(bert_dir)
+    (tmp_path / "a.txt").write_text(_docs())
+    (tmp_path / "b.txt").write_text(_docs(changed=True))
+
+    def built(name, seed, build=bert_pair_examples, **kw):
+        return build(text_source(str(tmp_path / name)), tok, 16, 20, seed=seed, **kw)
+
+    a0, a1 = built("a.txt", 0, corpus_digest=True), built("a.txt", 1, corpus_digest=True)
+    assert a0.ids != a1.ids and a0.corpus_sha256 is not None and a0.corpus_sha256 == a1.corpus_sha256
+    assert built("b.txt", 0, corpus_digest=True).corpus_sha256 not in (None, a0.corpus_sha256)
+    assert built("a.txt", 0).corpus_sha256 is None  # not asked: nothing hashed
+    g0 = built("a.txt", 0, gpt_window_examples, corpus_digest=True)
+    assert g0.corpus_sha256 == built("a.txt", 3, gpt_window_examples, corpus_digest=True).corpus_sha256
+    b0, b1 = BuiltinText(seed=0), BuiltinText(seed=1)
+    assert b0.whole_sha256() == b1.whole_sha256() and len(b0.whole_sha256()) == 64
+    assert text_source(str(tmp_path / "a.txt")).whole_sha256() is None
 
 
 # A user's script run by torchrun: each rank makes the call itself, rank 1 with another --limit.

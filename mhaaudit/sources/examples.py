@@ -13,6 +13,7 @@ random choices come from ``numpy.random.default_rng(derive_seed(seed, "data"))``
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from array import array
@@ -47,7 +48,9 @@ class TextExamples:
     for BERT pairs (the [SEP] sits at position ``s1_lengths[i] + 1``), None for GPT windows;
     ``repeats``: candidates that repeated an earlier example's tokens exactly (redrawn, or kept
     when the builder was asked not to insist on distinct examples); ``skips``: the documents
-    skipped, by cause (the source's, and those too short), each with a count and an example.
+    skipped, by cause (the source's, and those too short), each with a count and an example;
+    ``corpus_sha256``: when the builder was asked for it (``corpus_digest``), the SHA-256 of the documents
+    the examples were drawn from, the same for every seed (None for a stream read only in part).
     """
 
     ids: list[list[int]]
@@ -58,6 +61,7 @@ class TextExamples:
     s1_lengths: list[int] | None = None
     repeats: int = 0
     skips: dict = field(default_factory=dict)  # documents skipped, by cause (sources.Skips.as_dict())
+    corpus_sha256: str | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -72,6 +76,7 @@ class _Corpus:
     source_name: str
     skips: Skips = field(default_factory=Skips)  # what the source skipped, and the too-short documents
     stopped: bool = False  # a remote stream read only until enough documents qualified
+    sha256: str | None = None  # asked for: the documents' digest, the same whatever the seed (_documents_sha256)
 
 
 # A document longer than twice this many characters is tokenized in pieces of about this size: a tokenizer
@@ -181,11 +186,12 @@ def _grouped(docs: Any) -> tuple[Iterator[tuple[str | None, str]], TextSource | 
     return ((None, d) for d in docs if isinstance(d, str) and d.strip()), None, name
 
 
-def _collect(docs: Any, tokenizer: Any, min_tokens: int, wanted: int, drop: set[int]) -> _Corpus:
+def _collect(docs: Any, tokenizer: Any, min_tokens: int, wanted: int, drop: set[int], digest: bool) -> _Corpus:
     """Tokenize documents; keep those with at least ``min_tokens`` tokens; join runs of shorter
     consecutive documents of the same group until they are long enough. A remote stream or a
     sampled source is read only until ``wanted`` documents qualify (a stream also until a read
-    cap); every other source is read whole. Documents left too short are counted in ``skips``."""
+    cap); every other source is read whole. Documents left too short are counted in ``skips``.
+    ``digest``: the corpus's ``sha256`` is computed (:func:`_documents_sha256`)."""
     stream, source, source_name = _grouped(docs)
     lazy = source is not None and source.lazy
     remote = source is not None and source.streamed and not source.local
@@ -245,7 +251,20 @@ def _collect(docs: Any, tokenizer: Any, min_tokens: int, wanted: int, drop: set[
     if source is not None:
         skips.merge(source.skips)
     skips.merge(short)
-    return _Corpus(out, read, joined, too_short, source_name, skips, stopped)
+    sha256 = _documents_sha256(out, source) if digest else None
+    return _Corpus(out, read, joined, too_short, source_name, skips, stopped, sha256)
+
+
+def _documents_sha256(docs: list[array], source: TextSource | None) -> str | None:
+    """The SHA-256 of the documents an example builder draws from, the same whatever the data seed: the token ids
+    of each qualifying document ``docs``, in order, for a source read whole; a lazy source's own digest of what
+    it holds (:meth:`TextSource.whole_sha256`: the built-in corpus's; None for a stream)."""
+    if source is not None and source.lazy:
+        return source.whole_sha256()
+    h = hashlib.sha256(b"token ids\0")
+    for ids in docs:
+        h.update(len(ids).to_bytes(8, "little") + ids.tobytes())
+    return h.hexdigest()
 
 
 def _check_common(n: int, count: int, seed: int) -> tuple[int, int, int]:
@@ -347,7 +366,15 @@ class _Drawn:
         repeats = self.finder.result().repeats
         description += _repeats_words(repeats, what, distinct)
         return TextExamples(
-            self.ids, is_next, description, self.doc_index, self.starts, s1_lengths, repeats, corpus.skips.as_dict()
+            self.ids,
+            is_next,
+            description,
+            self.doc_index,
+            self.starts,
+            s1_lengths,
+            repeats,
+            corpus.skips.as_dict(),
+            corpus.sha256,
         )
 
 
@@ -429,7 +456,14 @@ def _pair(rng: np.random.Generator, docs: list[array], a: int, n: int) -> tuple[
 
 
 def gpt_window_examples(
-    docs: Sequence[str] | TextSource, tokenizer: Any, n: int, count: int, seed: int = 0, distinct: bool = True
+    docs: Sequence[str] | TextSource,
+    tokenizer: Any,
+    n: int,
+    count: int,
+    seed: int = 0,
+    distinct: bool = True,
+    *,
+    corpus_digest: bool = False,
 ) -> TextExamples:
     """The paper's GPT-2 inputs: ``count`` windows of ``n`` consecutive tokens, each from a
     document with at least 1.5 n tokens; no two windows overlap.
@@ -441,7 +475,8 @@ def gpt_window_examples(
     Documents of one source that are individually too short (paragraphs of a .txt file, modules
     of the built-in corpus) are joined with their consecutive neighbours until long enough; the
     description says how many were. A window with the same tokens as an earlier one is skipped
-    (``distinct=False`` keeps it). Returns :class:`TextExamples`.
+    (``distinct=False`` keeps it). With ``corpus_digest``, ``corpus_sha256`` is the SHA-256 of the documents
+    drawn from (``_documents_sha256``). Returns :class:`TextExamples`.
 
     Raises:
         InputError: when ``n``, ``count`` or ``seed`` is not an integer, or ``n`` or ``count`` is below 1.
@@ -451,7 +486,7 @@ def gpt_window_examples(
     if n < 1:
         raise InputError(f"n must be at least 1, got {n}")
     min_tokens = math.ceil(1.5 * n)
-    corpus = _collect(docs, tokenizer, min_tokens, count, set())
+    corpus = _collect(docs, tokenizer, min_tokens, count, set(), corpus_digest)
     possible = sum(len(doc) // n for doc in corpus.docs)
     words = _corpus_words(corpus, min_tokens, "documents")
     _require_possible(possible, count, f"{possible} disjoint {n}-token windows", words)
@@ -467,7 +502,14 @@ def gpt_window_examples(
 
 
 def bert_pair_examples(
-    docs: Sequence[str] | TextSource, tokenizer: Any, n: int, count: int, seed: int = 0, distinct: bool = True
+    docs: Sequence[str] | TextSource,
+    tokenizer: Any,
+    n: int,
+    count: int,
+    seed: int = 0,
+    distinct: bool = True,
+    *,
+    corpus_digest: bool = False,
 ) -> TextExamples:
     """The paper's BERT inputs: ``[CLS] s1 [SEP] s2`` of exactly ``n`` token ids.
 
@@ -478,8 +520,8 @@ def bert_pair_examples(
     with at least n - 2 tokens; shorter consecutive parts of one source are joined first. [CLS]
     and [SEP] ids come from ``tokenizer.cls_token_id`` / ``sep_token_id`` and are removed from
     the documents' own tokens, so each example holds exactly one [SEP], at ``len(s1) + 1``.
-    A pair with the same tokens as an earlier one is redrawn (``distinct=False`` keeps it).
-    Returns :class:`TextExamples`.
+    A pair with the same tokens as an earlier one is redrawn (``distinct=False`` keeps it). With
+    ``corpus_digest``, ``corpus_sha256`` is as in :func:`gpt_window_examples`. Returns :class:`TextExamples`.
 
     Raises:
         InputError: when ``n``, ``count`` or ``seed`` is not an integer, ``count`` is below 1, ``n`` is below 13,
@@ -495,7 +537,7 @@ def bert_pair_examples(
         raise InputError("the tokenizer has no [CLS]/[SEP] token ids; BERT-style pairs need both")
     cls_id, sep_id = int(cls_id), int(sep_id)
     body = n - 2
-    corpus = _collect(docs, tokenizer, body, count, {cls_id, sep_id})
+    corpus = _collect(docs, tokenizer, body, count, {cls_id, sep_id}, corpus_digest)
     lengths = [len(d) for d in corpus.docs]
     words = _corpus_words(corpus, body, "documents")
     if len(lengths) < 2:

@@ -10,6 +10,7 @@ Turning documents into the paper's token sequences is :mod:`.examples`.
 from __future__ import annotations
 
 import codecs
+import hashlib
 import itertools
 import json
 import re
@@ -100,6 +101,12 @@ class TextSource:
         stream, or a source whose order is already a seeded sample); otherwise they read it all."""
         return self.sampled or (self.streamed and not self.local)
 
+    def whole_sha256(self) -> str | None:
+        """The SHA-256 of every document a :attr:`lazy` source holds, the same whatever its seed and however much
+        of it is read, where the source holds them all already (the built-in corpus); None for every other
+        source (the example builders hash what they read of a source they read whole)."""
+        return None
+
     def _generate(self) -> Iterator[tuple[str | None, str]]:  # pragma: no cover - abstract
         raise NotImplementedError
 
@@ -166,6 +173,16 @@ class BuiltinText(TextSource):
             f"in a seeded order (seed {seed})",
             limit,
         )
+
+    def whole_sha256(self) -> str:
+        """The SHA-256 of the corpus's packages and documents, in corpus order (:meth:`TextSource.whole_sha256`)."""
+        h = hashlib.sha256(b"built-in text\0")
+        h.update(json.dumps(self.corpus.packages).encode())
+        for document in self.corpus.documents:
+            for part in document:
+                data = part.encode("utf-8", "surrogatepass")
+                h.update(len(data).to_bytes(8, "little") + data)
+        return h.hexdigest()
 
     def _generate(self) -> Iterator[tuple[str | None, str]]:
         rng = data_rng(self.seed, 1)
