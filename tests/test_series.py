@@ -1452,8 +1452,10 @@ def test_a_torch_checkpoint_of_another_width_is_refused_before_any_work(
     # a tensor the model loads, held by one and not the other, is another architecture
     lacking = tmp_path / "lacking-step6.bin"
     torch.save({k: v for k, v in torch.load(good, weights_only=True).items() if k != "embeddings.cls_token"}, lacking)
-    rc, err = _bad(capsys, tmp_path, f"{good},{lacking}")
-    assert_one_error(rc, err, "lacking-step6.bin is of another architecture than the first checkpoint")
+    for first in (good, "runs/ckpt-100"):  # in one form, and in another (a safetensors save) than the first's
+        rc, err = _bad(capsys, tmp_path, f"{first},{lacking}")
+        assert_one_error(rc, err, "lacking-step6.bin is of another architecture than the first checkpoint")
+        assert "it lacks the tensor embeddings.cls_token" in err, err
     cut = tmp_path / "cut-step7.bin"  # a copy that stopped: no legacy file to read when loaded, refused now
     cut.write_bytes(good.read_bytes()[:-200])
     rc, err = _bad(capsys, tmp_path, f"{good},{cut}")

@@ -482,8 +482,10 @@ def _same_kind(
     """``ref`` is of the first checkpoint's family, width and architecture, and reads the same data. ``loads``:
     the model's tensors' shapes and its checkpoints' name prefix (``models.hf_weights.config_shapes``), where
     had: then only a tensor the model loads, held by one checkpoint and not the other, says they are of two
-    architectures (one model's checkpoints saved by two tools or library versions differ in the others: a
-    buffer such as ``position_ids`` saved by one, a tied tensor dropped by another).
+    architectures, whatever form each is saved in (one model's checkpoints saved by two tools or library versions
+    differ in the others: a buffer such as ``position_ids`` saved by one, a tied tensor dropped by another).
+    Without them, checkpoints of two forms are not held to the tensors they hold (a save in safetensors drops tied
+    ones): a tensor the model needs that one lacks is found when it is loaded.
 
     Raises:
         InputError: naming the first difference found.
@@ -500,8 +502,9 @@ def _same_kind(
             )
     mine, theirs = (None if s is None else fit.as_loaded(s, loads) for s in (got.shapes, want.shapes))
     if mine is not None and theirs is not None and mine != theirs:
-        # one model's tensors saved in two forms may differ in which they hold (a save in safetensors drops tied ones)
-        odd = sorted(set(mine) ^ set(theirs)) if got.form == want.form else []
+        # one model's tensors saved in two forms may differ in which they hold (a save in safetensors drops tied
+        # ones): across forms only the tensors the model loads are compared, where they are known
+        odd = sorted(set(mine) ^ set(theirs)) if got.form == want.form or loads is not None else []
         if loads is not None:
             expected, prefix = loads
             odd = [k for k in odd if k in expected or (prefix and k.removeprefix(prefix + ".") in expected)]
