@@ -502,8 +502,7 @@ def _same_kind(
             )
     mine, theirs = (None if s is None else fit.as_loaded(s, loads) for s in (got.shapes, want.shapes))
     if mine is not None and theirs is not None and mine != theirs:
-        # one model's tensors saved in two forms may differ in which they hold (a save in safetensors drops tied
-        # ones): across forms only the tensors the model loads are compared, where they are known
+        # across forms (a save in safetensors drops tied tensors), only those the model loads, where known
         odd = sorted(set(mine) ^ set(theirs)) if got.form == want.form or loads is not None else []
         if loads is not None:
             expected, prefix = loads
