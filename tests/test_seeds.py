@@ -832,6 +832,7 @@ def test_the_documents_digest_is_the_same_for_every_data_seed(bert_dir, tmp_path
     assert g0.corpus_sha256 == built("a.txt", 3, gpt_window_examples, corpus_digest=True).corpus_sha256
     b0, b1 = BuiltinText(seed=0), BuiltinText(seed=1)
     assert b0.whole_sha256() == b1.whole_sha256() and len(b0.whole_sha256()) == 64
+    assert b0.corpus is b1.corpus and vars(b0.corpus)["sha256"] == b0.whole_sha256()  # hashed once per corpus
     assert text_source(str(tmp_path / "a.txt")).whole_sha256() is None
 
 

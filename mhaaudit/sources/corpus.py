@@ -117,6 +117,18 @@ class Corpus:
             out.append((start, len(self.documents)))
         return out
 
+    @functools.cached_property
+    def sha256(self) -> str:
+        """The SHA-256 of the packages read and of every document's parts, in corpus order; computed once for
+        each corpus (the seeds of one process share it)."""
+        h = hashlib.sha256(b"built-in text\0")
+        h.update(json.dumps(self.packages).encode())
+        for document in self.documents:
+            for part in document:
+                data = part.encode("utf-8", "surrogatepass")
+                h.update(len(data).to_bytes(8, "little") + data)
+        return h.hexdigest()
+
     @property
     def description(self) -> str:
         """Plain words for the report: what the text is, its size and the versions read."""
