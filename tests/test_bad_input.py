@@ -118,6 +118,13 @@ def inputs(tmp_path_factory, vit_dir, bert_dir, image_dir, timm_dir, vit_dir_wid
     paths["wide_st"], paths["wide_bin"] = d / "wide.safetensors", d / "wide.bin"
     shutil.copy(vit_dir_wide / "model.safetensors", paths["wide_st"])
     torch.save(load_file(str(vit_dir_wide / "model.safetensors")), paths["wide_bin"])
+    # a timm model's weights of another width (48, the folder's config says 32)
+    import timm
+
+    config = json.loads((timm_dir / "config.json").read_text())
+    wide_timm = timm.create_model(config["architecture"], num_classes=0, **{**config["model_args"], "embed_dim": 48})
+    paths["timm"], paths["timm_wide_st"] = timm_dir, d / "timm-wide.safetensors"
+    save_file({k: v.contiguous() for k, v in wide_timm.state_dict().items()}, str(paths["timm_wide_st"]))
     return {k: str(v) for k, v in paths.items()}
 
 
@@ -375,6 +382,7 @@ CASES = [
     ("weights-file-wider", "check {vit} --weights {wide_st}", "embeddings.cls_token has shape (1, 1, 48)"),
     ("weights-bin-wider", "check {vit} --weights {wide_bin}", "embeddings.cls_token has shape (1, 1, 48)"),
     ("capacity-weights-wider", "capacity {vit} --weights {wide_st}", "embeddings.cls_token has shape (1, 1, 48)"),
+    ("timm-weights-wider", "check {timm} --weights {timm_wide_st}", "blocks.0.attn.proj.bias has shape (48,)"),
     ("weights-nan", "check {vitnan} --variants trained", "hold NaN values (e.g. embeddings.cls_token)"),
     ("index-shard-dotdot", "check {vitdotdot} --variants trained", "'../outside/x.safetensors' is not a file name"),
     ("index-shard-absolute", "check {vitabs} --variants trained", "'/etc/passwd' is not a file name"),

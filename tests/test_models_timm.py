@@ -104,6 +104,48 @@ def test_timm_weights_that_do_not_fit(timm_dir, tmp_path):
         load_model("vit_tiny_patch16_224", weights="trained", weights_path=str(garbage), device="cpu")
 
 
+def test_timm_weights_are_held_against_the_model_before_it_is_built(timm_dir, tmp_path):
+    """``check_weights`` (a run's check before its first column) refuses what the load refuses, in its words, and
+    passes what it loads: a file of the model's own tensors, one of its first block only (a run that probes block 1
+    builds no more), one saved with ``module.`` names, one whose position table the model's filter resamples."""
+    from safetensors.torch import save_file
+
+    from mhaaudit.models.plan import LoadPlan
+    from mhaaudit.models.resolution import resolve
+    from mhaaudit.models.timm_backend import check_weights
+
+    args = json.loads((timm_dir / "config.json").read_text())["model_args"]
+    state = timm.create_model("vit_tiny_patch16_224", num_classes=0, **args).state_dict()
+    other = timm.create_model("vit_tiny_patch16_224", num_classes=0, **{**args, "img_size": 48}).state_dict()
+    files = {
+        "own": state,
+        "first-block": {k: v for k, v in state.items() if not k.startswith("blocks.1.")},
+        "module-names": {f"module.{k}": v for k, v in state.items()},
+        "other-positions": other,
+        "no-class-token": {k: v for k, v in state.items() if k != "cls_token"},
+        "narrower": timm.create_model("vit_tiny_patch16_224", num_classes=0, **{**args, "embed_dim": 16}).state_dict(),
+    }
+    said = {}
+    for name, sd in files.items():
+        path = str(tmp_path / f"{name}.safetensors")
+        save_file({k: v.contiguous() for k, v in sd.items()}, path)
+        plan = dict(weights="trained", weights_path=path, device="cpu", max_layer=1)
+        try:
+            check_weights(resolve(str(timm_dir), weights_path=path), LoadPlan(**plan))
+            said[name] = None
+        except ModelError as exc:
+            said[name] = str(exc)
+        try:  # the load, as a run that probes block 1 makes it
+            load_model(str(timm_dir), **plan)
+            loaded = None
+        except ModelError as exc:
+            loaded = str(exc)
+        assert (said[name] is None) == (loaded is None), (name, said[name], loaded)
+    assert [k for k, v in said.items() if v is not None] == ["no-class-token", "narrower"]
+    assert said["no-class-token"].endswith(f"does not fit {timm_dir}: 1 parameter(s) missing (e.g. cls_token)")
+    assert said["narrower"].endswith("blocks.0.attn.proj.bias has shape (16,), the model expects (32,)")
+
+
 def test_timm_folder_errors(tmp_path):
     with pytest.raises(InputError, match="no such timm model"):
         load_model(str(tmp_path / "missing"), backend="timm", device="cpu")

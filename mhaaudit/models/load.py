@@ -81,9 +81,10 @@ def load_model(name: str, **options: Any) -> ProbedModel:
 
 def check_weights_fit(name: str, **options: Any) -> None:
     """Before any model is built, what :func:`load_model` checks of trained weights in a single file: that its
-    tensors' shapes fit the model the configuration builds (``models.hf.check_weights``), so that a run refuses a
-    file of another width before its first column. Nothing where the weights are no single file, or come to the
-    timm backend (checked when loaded), or where the configuration cannot be had offline (the load says so).
+    tensors' shapes fit the model the configuration builds (``models.hf.check_weights``; for a timm model, a
+    safetensors file against the model built on the meta device: ``models.timm_backend.check_weights``), so that a
+    run refuses a file of another width before its first column. Nothing where the weights are no single file, or
+    where the configuration cannot be had offline (the load says so).
 
     Args:
         name: the model's alias, hub id, local folder or file, or timm name (as :func:`load_model`).
@@ -94,10 +95,11 @@ def check_weights_fit(name: str, **options: Any) -> None:
         ModelError: when the configuration cannot build a model, or the weights file does not fit it.
     """
     name, plan, spec = _resolved(name, options)
-    if spec.backend == "timm" or plan.weights_path is None or not os.path.isfile(plan.weights_path):
+    if plan.weights_path is None or not os.path.isfile(plan.weights_path):
         return
+    builder = timm_backend if spec.backend == "timm" else hf
     try:
-        _built(name, plan, spec, hf, lambda: hf.check_weights(spec, plan))
+        _built(name, plan, spec, builder, lambda: builder.check_weights(spec, plan))
     except OfflineError:  # the configuration is not here: the load says so, where it makes its column unavailable
         return
 

@@ -30,7 +30,7 @@ from torch import nn
 from ..errors import InputError, ModelError, Param, one_line
 from ..files import native_name, regular_file
 from ..hub import force_offline_env, is_offline
-from .checkpoints import find_checkpoint, load_fitting
+from .checkpoints import find_checkpoint, first_misfit, is_ignorable, load_fitting, state_shapes
 from .families import query_words
 from .hub_reads import offline_weights_error
 from .plan import LoadPlan
@@ -123,6 +123,51 @@ def load(spec: ModelSpec, plan: LoadPlan) -> ProbedModel:
     )
     measure_image_tokens(pm, shape.patches)
     return pm
+
+
+def check_weights(spec: ModelSpec, plan: LoadPlan) -> None:
+    """:func:`load`'s checks of a trained weights file in safetensors form, with no tensor's data read and no
+    memory allocated: its tensors' shapes (from its header, put through the model's checkpoint filter on the meta
+    device) against the model built on the meta device, so that a run refuses a file of another width or
+    architecture before its first column (``models.load.check_weights_fit``). Left to the load: a torch file
+    (the load chooses among the states it wraps, EMA weights first), a file that cannot be read, a filter that
+    needs the tensors' values, and the parameters of blocks after the first, which a run may not build.
+
+    Raises:
+        InputError: as :func:`load` for the model's name, folder or arguments.
+        ModelError: when a tensor has another shape than the model's of its name, or a parameter is missing,
+            in the words :func:`~.checkpoints.load_fitting` gives when the file is loaded.
+    """
+    import timm
+    from timm.models import clean_state_dict
+
+    arch = _architecture(spec, plan.weights, plan.weights_path)
+    path = os.path.abspath(plan.weights_path or arch.file or "")
+    if plan.weights != "trained" or not path.endswith(".safetensors") or not timm.is_model(arch.name):
+        return
+    _check_model_args(arch, spec.name)
+    try:
+        shapes = state_shapes(path)
+    except ModelError:  # the load says why it cannot be read
+        return
+    model: Any
+    with torch.device("meta"):
+        model = timm.create_model(arch.name, pretrained=False, num_classes=0, **arch.model_args)
+        state = clean_state_dict({k: torch.empty(shape) for k, shape in (shapes or {}).items()})
+    filt = getattr(sys.modules.get(type(model).__module__), "checkpoint_filter_fn", None)
+    try:
+        state = filt(state, model) if filt is not None else state
+    except Exception:  # noqa: BLE001  (a filter that reads values: the load runs it on the tensors)
+        return
+    misfit = f"the checkpoint {path} does not fit {spec.name}"
+    own = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    wrong = first_misfit({k: tuple(v.shape) for k, v in state.items()}, own, "")
+    if wrong is not None:
+        raise ModelError(f"{misfit}: {wrong[0]} has shape {wrong[1]}, the model expects {wrong[2]}")
+    later = re.compile(r"^blocks\.([1-9]\d*)\.")
+    missing = [k for k, _ in model.named_parameters() if k not in state and not is_ignorable(k) and not later.match(k)]
+    if missing:
+        raise ModelError(f"{misfit}: {len(missing)} parameter(s) missing (e.g. {missing[0]})")
 
 
 def _architecture(spec: ModelSpec, weights: str, weights_path: str | None) -> _Arch:
