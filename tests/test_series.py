@@ -1420,6 +1420,31 @@ def test_a_checkpoint_whose_blocks_are_wider_is_refused_before_any_work(
         assert_one_error(rc, err, says)
 
 
+def test_a_timm_checkpoint_of_another_width_is_refused_before_any_work(timm_dir, tmp_path, capsys, no_work):
+    """A timm model's checkpoints in safetensors form are held to the model before any work, by their tensors' names
+    and shapes as they load (put through the model's own checkpoint filter, on the meta device): a folder or file
+    of another width is refused whether it comes first or after one that fits, where one saved with ``module.``
+    names or at another image size (its position table resampled as it loads) is not."""
+    import timm
+    from safetensors.torch import load_file, save_file
+
+    runs = tmp_path / "runs"
+    tiny.save_model("timm-vit", runs / "ckpt-100", seed=2)
+    tiny.save_model("timm-vit", runs / "ckpt-200", seed=3, embed_dim=48)
+    args = json.loads((timm_dir / "config.json").read_text())["model_args"]
+    sd = load_file(str(runs / "ckpt-100" / "model.safetensors"))
+    save_file({f"module.{k}": v for k, v in sd.items()}, str(tmp_path / "ddp-step300.safetensors"))
+    other = timm.create_model("vit_tiny_patch16_224", num_classes=0, **{**args, "img_size": 48}).state_dict()
+    save_file({k: v.contiguous() for k, v in other.items()}, str(tmp_path / "big-step400.safetensors"))
+    says = f"{runs / 'ckpt-200'} does not fit the model {timm_dir}: its tensor blocks.0.attn.proj.bias has shape (48,)"
+    for spec in (f"{runs}/ckpt-*", str(runs / "ckpt-200")):
+        rc, text, err = run(capsys, "check", timm_dir, *VIT_RUN, "--checkpoints", spec)
+        assert_one_error(rc, err, says)
+        assert text == ""
+    fits = f"{runs / 'ckpt-100'},{tmp_path / 'ddp-step300.safetensors'},{tmp_path / 'big-step400.safetensors'}"
+    assert len(resolve_series(fits, None, ModelRequest(str(timm_dir))).checkpoints) == 3
+
+
 def test_a_torch_checkpoint_of_another_width_is_refused_before_any_work(
     vit_series, vit_dir_wide, tmp_path, capsys, monkeypatch, no_work
 ):

@@ -17,10 +17,13 @@ A :class:`~.registry.ModelSpec` with backend ``timm`` becomes a :class:`~.probe.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
+import json
 import os
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +41,9 @@ from .probe import ModelInfo, ProbedModel, measure_image_tokens, prepare_module
 from .random_init import init_seed, reinit_timm, seeded
 from .registry import ConfigFields, ModelSpec, check_config_numbers, read_json, supported_families, timm_family_of
 from .shards import check_links_inside
+
+#: Tensors' names and shapes (a checkpoint's, a model's).
+Shapes = dict[str, tuple[int, ...]]
 
 # timm's build arguments that size the model, and their transformers names (see check_config_numbers).
 _TIMM_SIZES = {
@@ -127,47 +133,82 @@ def load(spec: ModelSpec, plan: LoadPlan) -> ProbedModel:
 
 def check_weights(spec: ModelSpec, plan: LoadPlan) -> None:
     """:func:`load`'s checks of a trained weights file in safetensors form, with no tensor's data read and no
-    memory allocated: its tensors' shapes (from its header, put through the model's checkpoint filter on the meta
-    device) against the model built on the meta device, so that a run refuses a file of another width or
-    architecture before its first column (``models.load.check_weights_fit``). Left to the load: a torch file
-    (the load chooses among the states it wraps, EMA weights first), a file that cannot be read, a filter that
-    needs the tensors' values, and the parameters of blocks after the first, which a run may not build.
+    memory allocated: its tensors' names and shapes as they load (:func:`meta_fit`) against the model built on
+    the meta device, so that a run refuses a file of another width or architecture before its first column
+    (``models.load.check_weights_fit``). Left to the load: a torch file (the load chooses among the states it
+    wraps, EMA weights first), a file that cannot be read, a filter that needs the tensors' values, and the
+    parameters of blocks after the first, which a run may not build.
 
     Raises:
         InputError: as :func:`load` for the model's name, folder or arguments.
         ModelError: when a tensor has another shape than the model's of its name, or a parameter is missing,
             in the words :func:`~.checkpoints.load_fitting` gives when the file is loaded.
     """
-    import timm
-    from timm.models import clean_state_dict
-
     arch = _architecture(spec, plan.weights, plan.weights_path)
     path = os.path.abspath(plan.weights_path or arch.file or "")
-    if plan.weights != "trained" or not path.endswith(".safetensors") or not timm.is_model(arch.name):
+    if plan.weights != "trained" or not path.endswith(".safetensors"):
         return
-    _check_model_args(arch, spec.name)
+    fit = meta_fit(spec)
     try:
         shapes = state_shapes(path)
     except ModelError:  # the load says why it cannot be read
         return
-    model: Any
-    with torch.device("meta"):
-        model = timm.create_model(arch.name, pretrained=False, num_classes=0, **arch.model_args)
-        state = clean_state_dict({k: torch.empty(shape) for k, shape in (shapes or {}).items()})
-    filt = getattr(sys.modules.get(type(model).__module__), "checkpoint_filter_fn", None)
-    try:
-        state = filt(state, model) if filt is not None else state
-    except Exception:  # noqa: BLE001  (a filter that reads values: the load runs it on the tensors)
+    if fit is None or shapes is None:
+        return
+    own, params, loaded = fit
+    state = loaded(shapes)
+    if state is None:
         return
     misfit = f"the checkpoint {path} does not fit {spec.name}"
-    own = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-    wrong = first_misfit({k: tuple(v.shape) for k, v in state.items()}, own, "")
+    wrong = first_misfit(state, own, "")
     if wrong is not None:
         raise ModelError(f"{misfit}: {wrong[0]} has shape {wrong[1]}, the model expects {wrong[2]}")
     later = re.compile(r"^blocks\.([1-9]\d*)\.")
-    missing = [k for k, _ in model.named_parameters() if k not in state and not is_ignorable(k) and not later.match(k)]
+    missing = [k for k in params if k not in state and not is_ignorable(k) and not later.match(k)]
     if missing:
         raise ModelError(f"{misfit}: {len(missing)} parameter(s) missing (e.g. {missing[0]})")
+
+
+def meta_fit(spec: ModelSpec) -> tuple[Shapes, list[str], Callable[[Shapes], Shapes | None]] | None:
+    """What a checkpoint of the timm model ``spec`` is held to before it is read: the shapes of the model's
+    tensors and the names of its parameters (its full depth, built on the meta device: nothing is allocated), and
+    the names and shapes a checkpoint's tensors load into it as, from their names and shapes alone (timm's
+    ``clean_state_dict``, then the model's own checkpoint filter, run on tensors of the meta device; None where the
+    filter needs the tensors' values). None when timm does not know the architecture (the load says so).
+
+    Raises:
+        InputError, ModelError: as :func:`load`, for the model's name, folder or arguments.
+    """
+    import timm
+    from timm.models import clean_state_dict
+
+    arch = _architecture(spec, "random", None)
+    if not timm.is_model(arch.name):
+        return None
+    _check_model_args(arch, spec.name)
+    model = _meta_model(arch.name, json.dumps(arch.model_args, sort_keys=True))
+    filt = getattr(sys.modules.get(type(model).__module__), "checkpoint_filter_fn", None)
+
+    def loaded(shapes: Shapes) -> Shapes | None:
+        with torch.device("meta"):
+            state = clean_state_dict({k: torch.empty(shape) for k, shape in shapes.items()})
+        try:
+            state = filt(state, model) if filt is not None else state
+        except Exception:  # noqa: BLE001  (a filter that reads values: the load runs it on the tensors)
+            return None
+        return {k: tuple(v.shape) for k, v in state.items()}
+
+    own = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    return own, [k for k, _ in model.named_parameters()], loaded
+
+
+@functools.lru_cache(maxsize=4)
+def _meta_model(name: str, model_args: str) -> Any:
+    """The timm model ``name`` built with ``model_args`` (JSON) on the meta device: kept for a series' checkpoints."""
+    import timm
+
+    with torch.device("meta"):
+        return timm.create_model(name, pretrained=False, num_classes=0, **json.loads(model_args))
 
 
 def _architecture(spec: ModelSpec, weights: str, weights_path: str | None) -> _Arch:

@@ -4,7 +4,9 @@
   tensors it holds (a dtype safetensors does not store, a shape that is not a list of sizes, a tensor whose
   bytes are not its shape times its dtype's width);
 - :func:`model_fit`: what each checkpoint is held against, as a single run holds its weights: the model's
-  config and tensors' shapes (an alias's from its built-in config, so known offline too);
+  config and tensors' shapes (an alias's from its built-in config, so known offline too; a timm model's from a
+  build on the meta device, a checkpoint's safetensors shapes taken as they load into it, through the model's
+  own checkpoint filter: ``models.timm_backend.meta_fit``);
 - :func:`refuse_unlike_model`: a checkpoint folder's ``config.json`` against the model's. A series builds
   each checkpoint's model from the model's configuration (as a single ``check MODEL --weights FOLDER`` of a
   local MODEL does, held to the same rule in ``models.hf``), so a checkpoint whose own configuration
@@ -35,6 +37,7 @@ from ..models.checkpoints import checkpoint_header, first_misfit, state_shapes
 from ..models.hf_config import config_difference, repository_code
 from ..models.hf_weights import alias_fit, config_shapes
 from ..models.shards import hub_download
+from ..models.timm_backend import meta_fit
 from ..request import ModelRequest
 
 __all__ = [
@@ -154,14 +157,27 @@ def form_of(path: str) -> str:
 def weights_shapes(name: str, path: str, base: ModelRequest | None = None) -> dict[str, tuple[int, ...]] | None:
     """The names and shapes of the tensors of the weights file ``path`` of the checkpoint ``name``, read without
     their data: :func:`header_shapes` or :func:`torch_shapes` by its form (None: a torch file in the legacy form,
-    or one of a timm model ``base``, :func:`_timm_model`).
+    or one of a timm model ``base``, :func:`_timm_model`). A timm model's safetensors file gives the names and
+    shapes its tensors load as (``models.timm_backend.meta_fit``; None where its filter needs their values).
 
     Raises:
         InputError: when the file cannot be read in its form.
     """
     if form_of(path) == "safetensors":
-        return header_shapes(name, path)
+        shapes = header_shapes(name, path)
+        fit = _timm_fit(base) if base is not None else None
+        return shapes if fit is None else fit[2](shapes)
     return None if base is not None and _timm_model(base) else torch_shapes(name, path)
+
+
+def _timm_fit(base: ModelRequest):
+    """``models.timm_backend.meta_fit`` of ``base`` where it names a timm model timm knows; else None (a model
+    of transformers, or one the run refuses, saying why)."""
+    try:
+        spec = resolve(base.model, backend=base.backend)
+        return meta_fit(spec) if spec.backend == "timm" else None
+    except (MhaauditError, OSError, ValueError):
+        return None
 
 
 def _timm_model(base: ModelRequest) -> bool:
@@ -203,13 +219,17 @@ def model_fit(base: ModelRequest, volatile: frozenset[str]) -> tuple[dict | None
     config_shapes``), and whether a checkpoint with a config of its own is built from that config. An alias's are
     those of its built-in config, which builds its model beside trained weights (``models.hf_weights.alias_fit``):
     known offline, and a checkpoint with a config is built from its own, so only its width and depth are the
-    alias's to say (its shapes are held against the first checkpoint's). Another model's are its
-    :func:`model_config` (None each when it has none here), which builds every checkpoint."""
+    alias's to say (its shapes are held against the first checkpoint's). A timm model has no config to compare,
+    and its tensors' shapes are those of its build on the meta device (``models.timm_backend.meta_fit``). Another
+    model's are its :func:`model_config` (None each when it has none here), which builds every checkpoint."""
     trust = bool(base.trust_remote_code)
     try:
         spec = resolve(base.model, backend=base.backend)
     except (MhaauditError, OSError, ValueError):  # a name no backend takes: the run says so
         spec = None
+    if spec is not None and spec.backend == "timm":  # its tensors' shapes from a build on the meta device
+        fit = _timm_fit(base)
+        return None, None if fit is None else (fit[0], ""), False
     if spec is not None and spec.alias is not None and spec.backend == "hf":
         config, shapes = alias_fit(spec.alias, trust)
         return config, shapes, True
