@@ -20,6 +20,7 @@ import dataclasses
 import functools
 import inspect
 import json
+import math
 import os
 import re
 import sys
@@ -136,13 +137,14 @@ def check_weights(spec: ModelSpec, plan: LoadPlan) -> None:
     memory allocated: its tensors' names and shapes as they load (:func:`meta_fit`) against the model built on
     the meta device, so that a run refuses a file of another width or architecture before its first column
     (``models.load.check_weights_fit``). Left to the load: a torch file (the load chooses among the states it
-    wraps, EMA weights first), a file that cannot be read, a filter that needs the tensors' values, and the
-    parameters of blocks after the first, which a run may not build.
+    wraps, EMA weights first), a file whose header cannot be read, a filter that needs the tensors' values, and
+    the parameters of blocks after the first, which a run may not build.
 
     Raises:
         InputError: as :func:`load` for the model's name, folder or arguments.
         ModelError: when a tensor has another shape than the model's of its name, or a parameter is missing,
-            in the words :func:`~.checkpoints.load_fitting` gives when the file is loaded.
+            in the words :func:`~.checkpoints.load_fitting` gives when the file is loaded; when the header gives a
+            tensor sizes no tensor has (negative, not whole, or past 64 bits together).
     """
     arch = _architecture(spec, plan.weights, plan.weights_path)
     path = os.path.abspath(plan.weights_path or arch.file or "")
@@ -155,6 +157,11 @@ def check_weights(spec: ModelSpec, plan: LoadPlan) -> None:
         return
     if fit is None or shapes is None:
         return
+    bad = next((k for k, shape in shapes.items() if not _sizes(shape)), None)
+    if bad is not None:  # a header no load reads: refused before any work
+        raise ModelError(
+            f"cannot read the timm checkpoint {path}: its tensor {bad[:60]!r} has shape {list(shapes[bad])}"
+        )
     own, params, loaded = fit
     state = loaded(shapes)
     if state is None:
@@ -190,16 +197,23 @@ def meta_fit(spec: ModelSpec) -> tuple[Shapes, list[str], Callable[[Shapes], Sha
     filt = getattr(sys.modules.get(type(model).__module__), "checkpoint_filter_fn", None)
 
     def loaded(shapes: Shapes) -> Shapes | None:
-        with torch.device("meta"):
-            state = clean_state_dict({k: torch.empty(shape) for k, shape in shapes.items()})
-        try:
+        try:  # sizes no tensor has (an overflow), or a filter that reads values: the load reads the tensors
+            with torch.device("meta"):
+                state = clean_state_dict({k: torch.empty(shape) for k, shape in shapes.items()})
             state = filt(state, model) if filt is not None else state
-        except Exception:  # noqa: BLE001  (a filter that reads values: the load runs it on the tensors)
+        except Exception:  # noqa: BLE001
             return None
         return {k: tuple(v.shape) for k, v in state.items()}
 
     own = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     return own, [k for k, _ in model.named_parameters()], loaded
+
+
+def _sizes(shape: tuple) -> bool:
+    """Whether ``shape`` (a safetensors header's) is one a tensor can have: whole numbers of at least 0, their
+    product within 64 bits."""
+    whole = all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape)
+    return whole and math.prod(shape) < 2**62
 
 
 @functools.lru_cache(maxsize=4)
