@@ -118,6 +118,14 @@ def inputs(tmp_path_factory, vit_dir, bert_dir, image_dir, timm_dir, vit_dir_wid
     paths["wide_st"], paths["wide_bin"] = d / "wide.safetensors", d / "wide.bin"
     shutil.copy(vit_dir_wide / "model.safetensors", paths["wide_st"])
     torch.save(load_file(str(vit_dir_wide / "model.safetensors")), paths["wide_bin"])
+    # the vit's weights with a header that says F64 for the F32 data of one tensor
+    raw = (vit_dir / "model.safetensors").read_bytes()
+    size = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8 : 8 + size])
+    header["embeddings.cls_token"]["dtype"] = "F64"
+    relabelled = json.dumps(header).encode()
+    paths["relabelled_st"] = d / "relabelled.safetensors"
+    paths["relabelled_st"].write_bytes(len(relabelled).to_bytes(8, "little") + relabelled + raw[8 + size :])
     # a timm model's weights of another width (48, the folder's config says 32)
     import timm
 
@@ -383,6 +391,7 @@ CASES = [
     ("weights-bin-wider", "check {vit} --weights {wide_bin}", "embeddings.cls_token has shape (1, 1, 48)"),
     ("capacity-weights-wider", "capacity {vit} --weights {wide_st}", "embeddings.cls_token has shape (1, 1, 48)"),
     ("timm-weights-wider", "check {timm} --weights {timm_wide_st}", "blocks.0.attn.proj.bias has shape (48,)"),
+    ("weights-header-relabelled", "check {vit} --weights {relabelled_st}", "takes 256 bytes; its data offsets span"),
     ("weights-nan", "check {vitnan} --variants trained", "hold NaN values (e.g. embeddings.cls_token)"),
     ("index-shard-dotdot", "check {vitdotdot} --variants trained", "'../outside/x.safetensors' is not a file name"),
     ("index-shard-absolute", "check {vitabs} --variants trained", "'/etc/passwd' is not a file name"),

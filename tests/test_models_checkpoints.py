@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 
@@ -387,3 +388,27 @@ def test_read_once_keeps_its_reads_to_the_thread_that_opened_it(tmp_path, monkey
         other.join()
         checkpoints.state_shapes(path)
     assert reads == ["opener", "other", "other"]
+
+
+def test_a_safetensors_headers_entries_are_checked_in_whole_numbers(tmp_path):
+    """``header_shapes``: each entry's dtype, sizes and byte span checked, the span in integers (a float would
+    round 10^24 * 4 bytes), and the first malformed entry named."""
+    from mhaaudit.models.checkpoints import header_shapes
+
+    def header(name, entry):
+        raw = json.dumps({"x": entry}).encode()
+        (tmp_path / name).write_bytes(len(raw).to_bytes(8, "little") + raw + b"\0" * 8)
+        return str(tmp_path / name)
+
+    assert header_shapes(header("ok", {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]})) == {"x": (2,)}
+    huge = header("huge", {"dtype": "F32", "shape": [10**12, 10**12], "data_offsets": [0, 0]})
+    with pytest.raises(ValueError, match=r"^tensor 'x' .* takes 4000000000000000000000000 bytes; .* span 0$"):
+        header_shapes(huge)
+    for entry, says in (
+        ({"dtype": "F33", "shape": [2], "data_offsets": [0, 8]}, "has dtype 'F33', which safetensors does not store"),
+        ({"dtype": "F32", "shape": [-1, 2], "data_offsets": [0, 8]}, "has shape [-1, 2], with a negative size"),
+        ({"dtype": "F32", "shape": [1.5], "data_offsets": [0, 8]}, "has shape [1.5], not a list of sizes"),
+        ({"dtype": "F4", "shape": [3], "data_offsets": [0, 1]}, "takes 2 bytes; its data offsets span 1"),
+    ):
+        with pytest.raises(ValueError, match=re.escape(says)):
+            header_shapes(header("bad", entry))

@@ -9,6 +9,7 @@ partially without saying so.
 
 from __future__ import annotations
 
+import math
 import os
 import zipfile
 from typing import Any
@@ -25,10 +26,12 @@ from .hub_reads import offline_weights_error as offline_weights_error
 
 __all__ = [
     "CHECKPOINT_FILES",
+    "DTYPE_BITS",
     "IGNORABLE_MISSING",
     "checkpoint_header",
     "find_checkpoint",
     "first_misfit",
+    "header_shapes",
     "load_fitting",
     "offline_weights_error",
     "read_state_file",
@@ -42,6 +45,32 @@ CHECKPOINT_FILES = ("model.safetensors", "pytorch_model.bin", "model.pth", "chec
 IGNORABLE_MISSING = ("pooler", "mask_token")
 
 
+#: The width in bits of each dtype a safetensors header may name (as the safetensors format lists them).
+DTYPE_BITS = {
+    "BOOL": 8,
+    "U8": 8,
+    "I8": 8,
+    "F8_E5M2": 8,
+    "F8_E4M3": 8,
+    "F8_E4M3FN": 8,
+    "F8_E8M0": 8,
+    "F4": 4,
+    "F6_E2M3": 6,
+    "F6_E3M2": 6,
+    "I16": 16,
+    "U16": 16,
+    "F16": 16,
+    "BF16": 16,
+    "I32": 32,
+    "U32": 32,
+    "F32": 32,
+    "I64": 64,
+    "U64": 64,
+    "F64": 64,
+    "C64": 64,
+}
+
+
 def checkpoint_header(path: str) -> dict:
     """The checked header of the safetensors weights file ``path`` (``feature_files.safetensors_header``), read
     once within ``file_reads.read_once``; its callers only read it.
@@ -50,6 +79,37 @@ def checkpoint_header(path: str) -> dict:
         ValueError: as ``feature_files.safetensors_header``; OSError when the file cannot be opened or read.
     """
     return once(HEADER, path, lambda: safetensors_header(path))
+
+
+def header_shapes(path: str) -> dict[str, tuple[int, ...]]:
+    """The names and shapes of the tensors of the safetensors file ``path``, from its header alone
+    (:func:`checkpoint_header`), each tensor's entry checked: a dtype of :data:`DTYPE_BITS`, a shape of sizes (whole
+    numbers of at least 0) and data offsets that span exactly its shape times its dtype's width.
+
+    Raises:
+        ValueError: naming the first malformed entry, or as :func:`checkpoint_header`; OSError when the file
+            cannot be opened or read.
+    """
+    shapes = {}
+    for key, entry in checkpoint_header(path).items():
+        if key == "__metadata__":
+            continue
+        tensor = f"tensor {key[:60]!r}"
+        dtype, shape = entry.get("dtype"), entry.get("shape")
+        if not isinstance(dtype, str) or dtype not in DTYPE_BITS:
+            raise ValueError(f"{tensor} has dtype {str(dtype)[:20]!r}, which safetensors does not store")
+        if not isinstance(shape, list) or not all(isinstance(s, int) and not isinstance(s, bool) for s in shape):
+            raise ValueError(f"{tensor} has shape {str(shape)[:40]}, not a list of sizes")
+        if any(s < 0 for s in shape):
+            raise ValueError(f"{tensor} has shape {shape}, with a negative size")
+        begin, end = entry["data_offsets"]  # present and inside the file: checkpoint_header checked them
+        want = (math.prod(shape) * DTYPE_BITS[dtype] + 7) // 8  # whole bytes, in integers (exact at any size)
+        if end - begin != want:
+            raise ValueError(
+                f"{tensor} of dtype {dtype} and shape {shape} takes {want} bytes; its data offsets span {end - begin}"
+            )
+        shapes[key] = tuple(shape)
+    return shapes
 
 
 def find_checkpoint(folder: str | os.PathLike) -> str | None:
@@ -132,7 +192,8 @@ def _unwrapped(sd: Any, path: str) -> tuple[dict[str, torch.Tensor], bool]:
 
 def state_shapes(path: str) -> dict[str, tuple[int, ...]] | None:
     """The names and shapes of the tensors of the checkpoint file ``path`` (unwrapped as :func:`read_state`
-    unwraps it), read without their data: a safetensors file's header, or a torch checkpoint in the zip form
+    unwraps it), read without their data: a safetensors file's header (:func:`header_shapes`: each entry
+    checked), or a torch checkpoint in the zip form
     ``torch.save`` writes, memory-mapped and unpickled with ``weights_only=True`` onto the meta device (its pickle
     is read, its tensors' bytes are not). None for a torch file in the legacy form, whose tensors' bytes are read
     with its pickle: its shapes are known when it is loaded.
@@ -142,9 +203,7 @@ def state_shapes(path: str) -> dict[str, tuple[int, ...]] | None:
     """
     try:
         if path.endswith(".safetensors"):
-            header = checkpoint_header(path)
-            entries = {k: v for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)}
-            return {k: tuple(v["shape"]) for k, v in entries.items() if isinstance(v.get("shape"), list)}
+            return header_shapes(path)
         return once("torch shapes", path, lambda: _torch_shapes(path))
     except ModelError:
         raise

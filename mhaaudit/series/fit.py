@@ -26,14 +26,14 @@ file of a timm model is read by timm's own rules (its EMA weights first, names r
 
 from __future__ import annotations
 
-import math
 import os
 
 from ..errors import InputError, MhaauditError, ModelError, Param, one_line
 from ..files import read_json
 from ..hub import is_offline
 from ..models import resolve
-from ..models.checkpoints import checkpoint_header, first_misfit, state_shapes
+from ..models.checkpoints import DTYPE_BITS, first_misfit, state_shapes
+from ..models.checkpoints import header_shapes as checked_header_shapes
 from ..models.hf_config import config_difference, repository_code
 from ..models.hf_weights import alias_fit, config_shapes
 from ..models.shards import hub_download
@@ -54,70 +54,20 @@ __all__ = [
     "weights_shapes",
 ]
 
-#: The width in bits of each dtype a safetensors header may name (as the safetensors format lists them).
-DTYPE_BITS = {
-    "BOOL": 8,
-    "U8": 8,
-    "I8": 8,
-    "F8_E5M2": 8,
-    "F8_E4M3": 8,
-    "F8_E4M3FN": 8,
-    "F8_E8M0": 8,
-    "F4": 4,
-    "F6_E2M3": 6,
-    "F6_E3M2": 6,
-    "I16": 16,
-    "U16": 16,
-    "F16": 16,
-    "BF16": 16,
-    "I32": 32,
-    "U32": 32,
-    "F32": 32,
-    "I64": 64,
-    "U64": 64,
-    "F64": 64,
-    "C64": 64,
-}
-
 
 def header_shapes(name: str, path: str) -> dict[str, tuple[int, ...]]:
     """The names and shapes of the tensors of the safetensors file ``path`` of the checkpoint ``name``,
-    from its header alone, each tensor's entry checked: a dtype of :data:`DTYPE_BITS`, a shape of sizes
-    (whole numbers of at least 0) and data offsets that span exactly its shape times its dtype's width. Read once
-    within ``models.file_reads.read_once``: a series' run reads each header once, for this and its later reads.
+    from its header alone, each tensor's entry checked (``models.checkpoints.header_shapes``: a dtype of
+    :data:`DTYPE_BITS`, a shape of sizes and data offsets that span exactly its shape times its dtype's width). Read
+    once within ``models.file_reads.read_once``: a series' run reads each header once, for this and its later reads.
 
     Raises:
         InputError: when the header cannot be read, is not a safetensors header, or an entry is malformed.
     """
-
-    def refuse(why: str) -> str:
-        return Param("checkpoints") + f" {name}: cannot read {_base(path)} ({why})"
-
     try:
-        header = checkpoint_header(path)
+        return checked_header_shapes(path)
     except (ValueError, TypeError, AttributeError) as exc:
-        raise InputError(refuse(one_line(exc, 160))) from exc
-    shapes = {}
-    for key, entry in header.items():
-        if key == "__metadata__":
-            continue
-        tensor = f"tensor {key[:60]!r}"
-        dtype, shape = entry.get("dtype"), entry.get("shape")
-        if not isinstance(dtype, str) or dtype not in DTYPE_BITS:
-            raise InputError(refuse(f"{tensor} has dtype {str(dtype)[:20]!r}, which safetensors does not store"))
-        if not isinstance(shape, list) or not all(isinstance(s, int) and not isinstance(s, bool) for s in shape):
-            raise InputError(refuse(f"{tensor} has shape {str(shape)[:40]}, not a list of sizes"))
-        if any(s < 0 for s in shape):
-            raise InputError(refuse(f"{tensor} has shape {shape}, with a negative size"))
-        begin, end = entry["data_offsets"]  # present and inside the file: checkpoint_header checked them
-        want = math.ceil(math.prod(shape) * DTYPE_BITS[dtype] / 8)
-        if end - begin != want:
-            span = end - begin
-            raise InputError(
-                refuse(f"{tensor} of dtype {dtype} and shape {shape} takes {want} bytes; its data offsets span {span}")
-            )
-        shapes[key] = tuple(shape)
-    return shapes
+        raise InputError(Param("checkpoints") + f" {name}: cannot read {_base(path)} ({one_line(exc, 160)})") from exc
 
 
 def torch_shapes(name: str, path: str) -> dict[str, tuple[int, ...]] | None:
