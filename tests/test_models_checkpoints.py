@@ -404,6 +404,17 @@ def test_a_safetensors_headers_entries_are_checked_in_whole_numbers(tmp_path):
     huge = header("huge", {"dtype": "F32", "shape": [10**12, 10**12], "data_offsets": [0, 0]})
     with pytest.raises(ValueError, match=r"^tensor 'x' .* takes 4000000000000000000000000 bytes; .* span 0$"):
         header_shapes(huge)
+    from safetensors.torch import save_file
+
+    saved = 0
+    for dtype in {v for v in vars(torch).values() if isinstance(v, torch.dtype)}:  # each dtype safetensors saves
+        try:
+            save_file({"x": torch.zeros(3, 5, dtype=dtype)}, str(tmp_path / "each.safetensors"))
+        except Exception:  # noqa: BLE001  (a dtype safetensors or torch will not write)
+            continue
+        assert list(header_shapes(str(tmp_path / "each.safetensors"))) == ["x"], dtype  # (float4 packs two a byte)
+        saved += 1
+    assert saved >= 15, saved
     for entry, says in (
         ({"dtype": "F33", "shape": [2], "data_offsets": [0, 8]}, "has dtype 'F33', which safetensors does not store"),
         ({"dtype": "F32", "shape": [-1, 2], "data_offsets": [0, 8]}, "has shape [-1, 2], with a negative size"),

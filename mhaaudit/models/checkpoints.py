@@ -53,6 +53,8 @@ DTYPE_BITS = {
     "F8_E5M2": 8,
     "F8_E4M3": 8,
     "F8_E4M3FN": 8,
+    "F8_E4M3FNUZ": 8,
+    "F8_E5M2FNUZ": 8,
     "F8_E8M0": 8,
     "F4": 4,
     "F6_E2M3": 6,
