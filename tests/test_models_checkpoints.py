@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from mhaaudit.errors import ModelError, OfflineError
-from mhaaudit.models import checkpoints
+from mhaaudit.models import checkpoints, misfit
 
 
 def _net():
@@ -86,16 +86,16 @@ def test_a_torch_checkpoint_cut_short_is_refused_in_words(tmp_path):
 def test_first_misfit_compares_the_tensors_the_model_loads():
     """Only names the model has (directly, or after a task model's prefix) are compared, in name order."""
     model = {"embeddings.weight": (10, 4), "block.0.weight": (4, 4)}
-    assert checkpoints.first_misfit({"embeddings.weight": (10, 4), "head.weight": (3, 8)}, model, "vit") is None
-    assert checkpoints.first_misfit({"vit.block.0.weight": (8, 8)}, model, "vit") == (
+    assert misfit.first_misfit({"embeddings.weight": (10, 4), "head.weight": (3, 8)}, model, "vit") is None
+    assert misfit.first_misfit({"vit.block.0.weight": (8, 8)}, model, "vit") == (
         "vit.block.0.weight",
         (8, 8),
         (4, 4),
     )
-    assert checkpoints.first_misfit({"bert.block.0.weight": (8, 8)}, model, "vit") is None
+    assert misfit.first_misfit({"bert.block.0.weight": (8, 8)}, model, "vit") is None
     # the model's own name loads where the checkpoint has it: a prefixed copy beside it loads into nothing
-    assert checkpoints.first_misfit({"block.0.weight": (4, 4), "vit.block.0.weight": (8, 8)}, model, "vit") is None
-    assert checkpoints.first_misfit({"block.0.weight": (4, 8), "vit.block.0.weight": (4, 4)}, model, "vit") == (
+    assert misfit.first_misfit({"block.0.weight": (4, 4), "vit.block.0.weight": (8, 8)}, model, "vit") is None
+    assert misfit.first_misfit({"block.0.weight": (4, 8), "vit.block.0.weight": (4, 4)}, model, "vit") == (
         "block.0.weight",
         (4, 8),
         (4, 4),
@@ -173,6 +173,21 @@ def test_load_fitting():
     partial = {k: v for k, v in src.state_dict().items() if k != "0.bias"}
     with pytest.raises(ModelError, match=r"misfit: 1 parameter\(s\) missing \(e.g. 0.bias\)"):
         checkpoints.load_fitting(dst, partial, "misfit")
+    # of two misfits, the first by name is named, whatever the file's order: as the check before any work names it
+    two = {
+        "1.weight": torch.zeros(3, 4),
+        "0.weight": torch.zeros(5, 3),
+        "0.bias": torch.zeros(4),
+        "1.bias": torch.zeros(2),
+    }
+    with pytest.raises(ModelError, match=r"^misfit: 0.weight has shape \(5, 3\), the model expects \(4, 3\)$"):
+        checkpoints.load_fitting(dst, two, "misfit")
+    assert (
+        misfit.first_misfit(
+            {k: v.shape for k, v in two.items()}, {k: v.shape for k, v in dst.state_dict().items()}, ""
+        )[0]
+        == "0.weight"
+    )
 
 
 def test_ignorable_parameters_may_be_missing():

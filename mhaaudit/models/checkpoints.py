@@ -23,6 +23,7 @@ from ..files import native_name
 from ..tensor_values import dense_values
 from .file_reads import HEADER, once
 from .hub_reads import offline_weights_error as offline_weights_error
+from .misfit import first_misfit, holds_complex, parameters_missing, shape_misfit
 
 __all__ = [
     "CHECKPOINT_FILES",
@@ -30,7 +31,6 @@ __all__ = [
     "IGNORABLE_MISSING",
     "checkpoint_header",
     "find_checkpoint",
-    "first_misfit",
     "header_shapes",
     "load_fitting",
     "offline_weights_error",
@@ -229,22 +229,6 @@ def _torch_shapes(path: str) -> dict[str, tuple[int, ...]] | None:
     return {str(k): tuple(v.shape) for k, v in _unwrapped(sd, path)[0].items()}
 
 
-def first_misfit(
-    shapes: dict[str, tuple[int, ...]], expected: dict[str, tuple[int, ...]], prefix: str
-) -> tuple[str, tuple[int, ...], tuple[int, ...]] | None:
-    """The first tensor (by name) of a checkpoint whose shape differs from the model's tensor that it loads
-    into, as ``(name, its shape, the model's)``, or None. ``shapes``: the checkpoint's; ``expected``: the
-    model's state dict's. Each of the model's tensors loads from the checkpoint's tensor of its own name, else from
-    the one of that name behind the ``prefix`` a task model's checkpoint puts before its names (``bert.``,
-    ``vit.``), as the loaders look them up (a prefixed copy beside the model's own names loads into nothing); a
-    tensor the model lacks loads into nothing and is not compared."""
-    for name in sorted(expected):
-        key = name if name in shapes else f"{prefix}.{name}" if prefix and f"{prefix}.{name}" in shapes else None
-        if key is not None and tuple(shapes[key]) != tuple(expected[name]):
-            return key, tuple(shapes[key]), tuple(expected[name])
-    return None
-
-
 def state_file_keys(path: str) -> list[str]:
     """The parameter names in a checkpoint file; empty when it cannot be read."""
     if path.endswith(".safetensors"):
@@ -269,21 +253,21 @@ def load_fitting(module: nn.Module, sd: dict[str, torch.Tensor], misfit: str) ->
     Raises:
         ModelError: ``"<misfit>: <first problem>"``, when an entry has another shape than the module's
             parameter or holds complex values where the module's are real, or the state lacks a parameter of the
-            module (except :data:`IGNORABLE_MISSING`).
+            module (except :data:`IGNORABLE_MISSING`). The first is the first by name, in the words of
+            :mod:`.misfit`, as the check of a file before any work names it.
     """
     own = module.state_dict()
-    mismatched = [k for k, v in sd.items() if k in own and tuple(own[k].shape) != tuple(v.shape)]
-    if mismatched:
-        k = mismatched[0]
-        raise ModelError(f"{misfit}: {k} has shape {tuple(sd[k].shape)}, the model expects {tuple(own[k].shape)}")
-    complex_ = [k for k, v in sd.items() if k in own and v.is_complex() and not own[k].is_complex()]
+    wrong = first_misfit({k: v.shape for k, v in sd.items()}, {k: v.shape for k, v in own.items()}, "")
+    if wrong is not None:
+        raise ModelError(f"{misfit}: {shape_misfit(*wrong)}")
+    complex_ = sorted(k for k, v in sd.items() if k in own and v.is_complex() and not own[k].is_complex())
     if complex_:  # loading would drop the imaginary part
-        raise ModelError(f"{misfit}: {complex_[0]} holds complex values, the model's are real")
+        raise ModelError(f"{misfit}: {holds_complex(complex_[0])}")
     result = module.load_state_dict({k: v for k, v in sd.items() if k in own}, strict=False)
     params = {k for k, _ in module.named_parameters()}
     missing = [k for k in result.missing_keys if k in params and not is_ignorable(k)]
     if missing:
-        raise ModelError(f"{misfit}: {len(missing)} parameter(s) missing (e.g. {missing[0]})")
+        raise ModelError(f"{misfit}: {parameters_missing(missing)}")
 
 
 def is_ignorable(key: str) -> bool:

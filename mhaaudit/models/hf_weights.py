@@ -21,10 +21,11 @@ from ..errors import ModelError, one_line
 from ..feature_files import torch_load_reason
 from ..files import native_name
 from ..staging import scratch_folder
-from .checkpoints import checkpoint_header, first_misfit, is_ignorable, load_fitting, read_state, state_shapes
+from .checkpoints import checkpoint_header, is_ignorable, load_fitting, read_state, state_shapes
 from .families import family_of
 from .hf_config import _auto_config, alias_config, hub_problem
 from .hub_reads import _Hub, hub_words, offline_weights_error, random_words
+from .misfit import first_misfit, parameters_missing, shape_misfit
 from .random_init import build_random, init_seed, reinit_hf, seeded
 from .registry import (
     BLOCK_PATHS,
@@ -198,8 +199,7 @@ def refuse_unfitting_file(path: str, cfg: Any, name: str, trust_remote_code: boo
     expected = model_shapes(cfg, trust_remote_code) if shapes else None
     misfit = first_misfit(shapes, *expected) if shapes and expected else None
     if misfit is not None:
-        key, have, want = misfit
-        raise ModelError(f"the weights in {path} do not fit {name}: {key} has shape {have}, the model expects {want}")
+        raise ModelError(f"the weights in {path} do not fit {name}: {shape_misfit(*misfit)}")
 
 
 def _import_model_code(auto: Any, cfg: Any) -> None:
@@ -419,7 +419,7 @@ def _load_file_as_checkpoint(
             written = saved_names(module, set(missing[:1])).get(missing[0], missing[0]) if missing else None
             stored = f", stored as {written}" if written is not None and written != missing[0] else ""
             why.append(
-                f"{len(missing)} parameter(s) missing (e.g. {missing[0]}{stored})"
+                parameters_missing(missing, stored)
                 if missing
                 else f"{len(mismatched)} parameter(s) of the wrong shape (e.g. {first or mismatched[0]})"
             )

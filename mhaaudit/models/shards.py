@@ -40,6 +40,7 @@ from ..feature_files import safetensors_header
 from ..files import folder_files, inside, native_name, read_json
 from ..sizes import human_bytes
 from .file_reads import HEADER, once
+from .misfit import holds_complex, shape_misfit
 
 __all__ = [
     "INDEX_FILE",
@@ -226,11 +227,9 @@ class Checkpoint:
                             f"which does not hold it ({one_line(exc, 80)})"
                         ) from exc
                     if tuple(t.shape) != tuple(dest.shape):
-                        raise ModelError(
-                            f"{misfit}: {key} has shape {tuple(t.shape)}, the model expects {tuple(dest.shape)}"
-                        )
+                        raise ModelError(f"{misfit}: {shape_misfit(key, t.shape, dest.shape)}")
                     if t.is_complex() and not dest.is_complex():  # copy_ would drop the imaginary part
-                        raise ModelError(f"{misfit}: {key} holds complex values, the model's are real")
+                        raise ModelError(f"{misfit}: {holds_complex(key)}")
                     with torch.no_grad():
                         dest.copy_(t)
         return self.read_facts(keys)

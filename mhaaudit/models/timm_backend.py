@@ -33,9 +33,10 @@ from torch import nn
 from ..errors import InputError, ModelError, Param, one_line
 from ..files import native_name, regular_file
 from ..hub import force_offline_env, is_offline
-from .checkpoints import find_checkpoint, first_misfit, is_ignorable, load_fitting, state_shapes
+from .checkpoints import find_checkpoint, is_ignorable, load_fitting, state_shapes
 from .families import query_words
 from .hub_reads import offline_weights_error
+from .misfit import first_misfit, parameters_missing, shape_misfit
 from .plan import LoadPlan
 from .probe import ModelInfo, ProbedModel, measure_image_tokens, prepare_module
 from .random_init import init_seed, reinit_timm, seeded
@@ -160,11 +161,11 @@ def check_weights(spec: ModelSpec, plan: LoadPlan) -> None:
     misfit = f"the checkpoint {path} does not fit {spec.name}"
     wrong = first_misfit(state, own, "")
     if wrong is not None:
-        raise ModelError(f"{misfit}: {wrong[0]} has shape {wrong[1]}, the model expects {wrong[2]}")
+        raise ModelError(f"{misfit}: {shape_misfit(*wrong)}")
     later = re.compile(r"^blocks\.([1-9]\d*)\.")
     missing = [k for k in params if k not in state and not is_ignorable(k) and not later.match(k)]
     if missing:
-        raise ModelError(f"{misfit}: {len(missing)} parameter(s) missing (e.g. {missing[0]})")
+        raise ModelError(f"{misfit}: {parameters_missing(missing)}")
 
 
 def meta_fit(spec: ModelSpec) -> tuple[Shapes, list[str], Callable[[Shapes], Shapes | None]] | None:

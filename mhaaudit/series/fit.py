@@ -32,10 +32,11 @@ from ..errors import InputError, MhaauditError, ModelError, Param, one_line
 from ..files import read_json
 from ..hub import is_offline
 from ..models import resolve
-from ..models.checkpoints import DTYPE_BITS, first_misfit, state_shapes
+from ..models.checkpoints import DTYPE_BITS, state_shapes
 from ..models.checkpoints import header_shapes as checked_header_shapes
 from ..models.hf_config import config_difference, repository_code
 from ..models.hf_weights import alias_fit, config_shapes
+from ..models.misfit import first_misfit
 from ..models.shards import hub_download
 from ..models.timm_backend import meta_fit
 from ..request import ModelRequest
