@@ -116,7 +116,7 @@ DEFERRED = {
     "mhaaudit.kruskal.witness": {"scipy"},
     "mhaaudit.memorize.results": {"pyarrow"},
     "mhaaudit.memorize.resume": {"pyarrow"},
-    "mhaaudit.models.checkpoints": {"safetensors"},
+    "mhaaudit.models.checkpoints": {"safetensors", "torch"},
     "mhaaudit.models.hf": {"PIL", "huggingface_hub", "transformers"},
     "mhaaudit.models.hf_config": {"huggingface_hub", "transformers"},
     "mhaaudit.models.hf_inputs": {"PIL", "transformers"},

@@ -45,8 +45,9 @@ def test_unreadable_state_files(tmp_path):
 
 
 def test_state_shapes_are_had_without_the_tensors_data(tmp_path):
-    """A checkpoint file's tensors' names and shapes, from a safetensors header or a torch zip checkpoint's pickle
-    (unwrapped as read_state unwraps it); None for torch's legacy form, whose data comes with its pickle."""
+    """A checkpoint file's tensors' names and shapes, from a safetensors header or a torch checkpoint's pickle
+    (unwrapped as read_state unwraps it): a zip file's storages mapped, a legacy file's tensors fake (its data,
+    which follows its pickle, never read: a legacy file cut short in its data still gives them)."""
     from safetensors.torch import save_file
 
     sd = {k: v.clone() for k, v in _net().state_dict().items()}
@@ -61,9 +62,24 @@ def test_state_shapes_are_had_without_the_tensors_data(tmp_path):
         mp.setattr(torch, "load", torch_load)
         assert checkpoints.state_shapes(str(tmp_path / "a.safetensors")) == want
         assert checkpoints.state_shapes(str(tmp_path / "b.pth")) == want
-        assert checkpoints.state_shapes(str(tmp_path / "c.bin")) is None
-    # the zip file's pickle alone, no code run, its storages mapped (a stream's would be read: torch < 2.10)
-    assert loads == [{"map_location": "meta", "mmap": True, "weights_only": True}]
+        assert checkpoints.state_shapes(str(tmp_path / "c.bin")) == want
+    # the zip file's pickle alone, no code run, its storages mapped (a stream's would be read: torch < 2.10); the
+    # legacy file's pickle alone, no code run either
+    assert loads == [
+        {"map_location": "meta", "mmap": True, "weights_only": True},
+        {"map_location": "meta", "weights_only": True},
+    ]
+    legacy = (tmp_path / "c.bin").read_bytes()
+    sizes = sum(v.numel() * v.element_size() for v in sd.values())
+    (tmp_path / "d.bin").write_bytes(legacy[: len(legacy) - sizes + 8])  # the pickles, not the tensors' bytes
+    assert checkpoints.state_shapes(str(tmp_path / "d.bin")) == want
+    with pytest.raises(ModelError, match="cannot read the checkpoint"):  # the load reads the bytes, and refuses
+        checkpoints.read_state_file(str(tmp_path / "d.bin"))
+    torch.save({"state_dict": sd, "epoch": 3}, tmp_path / "e.pth", _use_new_zipfile_serialization=False)
+    assert checkpoints.state_shapes(str(tmp_path / "e.pth")) == want
+    torch.save([1, 2, 3], tmp_path / "f.bin", _use_new_zipfile_serialization=False)
+    with pytest.raises(ModelError, match="does not hold a state dict of tensors"):
+        checkpoints.state_shapes(str(tmp_path / "f.bin"))
     torch.save({"weights": [1, 2, 3]}, tmp_path / "list.pt")
     with pytest.raises(ModelError, match="does not hold a state dict of tensors"):
         checkpoints.state_shapes(str(tmp_path / "list.pt"))
@@ -102,19 +118,23 @@ def test_first_misfit_compares_the_tensors_the_model_loads():
     )
 
 
-@pytest.mark.parametrize("form", ["bin", "safetensors"])
+@pytest.mark.parametrize("form", ["bin", "legacy", "safetensors"])
 def test_a_weights_file_of_another_width_is_refused_before_the_model_is_built(
     vit_dir, vit_dir_wide, tmp_path, monkeypatch, form
 ):
-    """``--weights FILE`` carries no config: its tensors' shapes (a torch file's pickle, a safetensors header) are
-    held against the model's before the model is built and before any tensor of the file is read."""
+    """``--weights FILE`` carries no config: its tensors' shapes (a torch file's pickle, in the zip form or the
+    legacy one, a safetensors header) are held against the model's before the model is built and before any
+    tensor of the file is read."""
     from safetensors.torch import load_file, save_file
 
     from mhaaudit.models import hf, load_model
 
-    wide = tmp_path / f"wide.{form}"
+    wide = tmp_path / ("wide.safetensors" if form == "safetensors" else f"wide-{form}.bin")
     sd = load_file(str(vit_dir_wide / "model.safetensors"))
-    torch.save(sd, wide) if form == "bin" else save_file(sd, str(wide))
+    if form == "safetensors":
+        save_file(sd, str(wide))
+    else:
+        torch.save(sd, wide, _use_new_zipfile_serialization=form == "bin")
     built = []
     real_build = hf._build
     monkeypatch.setattr(hf, "_build", lambda *a, **k: built.append(a) or real_build(*a, **k))

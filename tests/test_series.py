@@ -1449,8 +1449,8 @@ def test_a_torch_checkpoint_of_another_width_is_refused_before_any_work(
     vit_series, vit_dir_wide, tmp_path, capsys, monkeypatch, no_work
 ):
     """A torch checkpoint (``.bin``) carries no config: its tensors' shapes, read from its pickle without their
-    data, are held against the model's before any checkpoint is audited (no model loaded), as a safetensors
-    header's are, whether it follows a checkpoint that fits or comes alone."""
+    data (in the zip form or the legacy one), are held against the model's before any checkpoint is audited (no
+    model loaded), as a safetensors header's are, whether it follows a checkpoint that fits or comes alone."""
     from safetensors.torch import load_file
 
     monkeypatch.chdir(vit_series)
@@ -1461,6 +1461,10 @@ def test_a_torch_checkpoint_of_another_width_is_refused_before_any_work(
     for spec in (f"{good},{wide}", f"runs/ckpt-100,{wide}", str(wide)):
         rc, err = _bad(capsys, tmp_path, spec)
         assert_one_error(rc, err, says)
+    old = tmp_path / "old-step2.bin"  # torch's legacy form: its pickle read with fake tensors, its data not at all
+    torch.save(torch.load(wide, weights_only=True), old, _use_new_zipfile_serialization=False)
+    rc, err = _bad(capsys, tmp_path, f"{good},{old}")
+    assert_one_error(rc, err, says.replace(str(wide), str(old)))
     torch.save({"weights": [1, 2, 3]}, tmp_path / "list-step4.bin")  # read as a state dict of tensors, or refused
     rc, err = _bad(capsys, tmp_path, f"{good},{tmp_path / 'list-step4.bin'}")
     assert_one_error(rc, err, "list-step4.bin does not hold a state dict of tensors")

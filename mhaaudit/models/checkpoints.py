@@ -197,8 +197,9 @@ def state_shapes(path: str) -> dict[str, tuple[int, ...]] | None:
     unwraps it), read without their data: a safetensors file's header (:func:`header_shapes`: each entry
     checked), or a torch checkpoint in the zip form
     ``torch.save`` writes, memory-mapped and unpickled with ``weights_only=True`` onto the meta device (its pickle
-    is read, its tensors' bytes are not). None for a torch file in the legacy form, whose tensors' bytes are read
-    with its pickle: its shapes are known when it is loaded.
+    is read, its tensors' bytes are not), or in the legacy form, unpickled the same way with fake tensors (its
+    tensors' bytes follow its pickle, and are not read: :func:`_legacy_shapes`). None for a torch file that cannot
+    be read so: its shapes are known when it is loaded.
 
     Raises:
         ModelError: when the file cannot be read, or does not hold a state dict of tensors.
@@ -214,19 +215,37 @@ def state_shapes(path: str) -> dict[str, tuple[int, ...]] | None:
 
 
 def _torch_shapes(path: str) -> dict[str, tuple[int, ...]] | None:
-    """:func:`state_shapes` of a torch file: None for one in the legacy form.
+    """:func:`state_shapes` of a torch file: None for one in the legacy form that torch's fake tensors cannot read
+    (:func:`_legacy_shapes`).
 
     Raises:
         ModelError: when the file holds no state dict of tensors; the reader's own errors pass through.
     """
     if not zipfile.is_zipfile(path):
         _refuse_cut_zip(path)
-        return None
+        sd = _legacy_shapes(path)
+        return None if sd is None else {str(k): tuple(v.shape) for k, v in _unwrapped(sd, path)[0].items()}
     # memory-mapped: nothing of the tensors' bytes is read (a torch before 2.10 reads each storage it maps to
     # the meta device when the file is read as a stream); a name torch's own open takes, whatever its bytes
     with native_name(path) as name:
         sd = torch.load(name, map_location="meta", mmap=True, weights_only=True)
     return {str(k): tuple(v.shape) for k, v in _unwrapped(sd, path)[0].items()}
+
+
+def _legacy_shapes(path: str) -> Any:
+    """What the torch file ``path`` in the legacy form (before torch 1.6, or saved with
+    ``_use_new_zipfile_serialization=False``) holds, its tensors fake (torch's ``FakeTensorMode``: each storage on
+    the meta device, whatever size the file claims, and not one byte of its data read): its pickle alone, unpickled
+    with ``weights_only=True``. None where torch cannot read it so (a file that is not a torch checkpoint, or one
+    that only the load reads): the load reads it, and says what is wrong with it.
+    """
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    try:
+        with native_name(path) as name, FakeTensorMode():
+            return torch.load(name, map_location="meta", weights_only=True)
+    except Exception:  # noqa: BLE001 - the load reads the file and refuses it in words
+        return None
 
 
 def state_file_keys(path: str) -> list[str]:

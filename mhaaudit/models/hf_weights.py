@@ -190,7 +190,8 @@ def refuse_unfitting_file(path: str, cfg: Any, name: str, trust_remote_code: boo
     """Refuse, before any weights are read or any model is built, the single weights file ``path`` holding a
     tensor of another shape than the model ``cfg`` builds has for it (a checkpoint of another width): a file
     carries no config to compare, its tensors' shapes are all it says of the model it is. A file whose shapes
-    cannot be had without reading its data (a torch file in the legacy form) is checked when it is loaded.
+    cannot be had without reading its data (a torch file in the legacy form that torch's fake tensors cannot read:
+    ``checkpoints.state_shapes``) is checked when it is loaded.
 
     Raises:
         ModelError: naming the first such tensor, or when the file cannot be read.

@@ -19,9 +19,9 @@
 - :func:`torch_shapes`: a torch checkpoint's (``pytorch_model.bin``, ``.pt``) tensors' names and shapes, from
   its pickle alone; :func:`refuse_unfitting`: a checkpoint whose tensors are of other shapes than the model's.
 
-What cannot be read cheaply is checked when the checkpoint is read: a torch file in the legacy form (before
-torch 1.6) stores its tensors' bytes within its pickle, and is loaded whole before its tensors are known; a torch
-file of a timm model is read by timm's own rules (its EMA weights first, names remapped) when it is loaded.
+What cannot be read cheaply is checked when the checkpoint is read: a torch file of a timm model is read by
+timm's own rules (its EMA weights first, names remapped) when it is loaded, and so is a torch file in the legacy
+form (before torch 1.6) that torch's fake tensors cannot read (``models.checkpoints.state_shapes``).
 """
 
 from __future__ import annotations
@@ -74,7 +74,8 @@ def header_shapes(name: str, path: str) -> dict[str, tuple[int, ...]]:
 def torch_shapes(name: str, path: str) -> dict[str, tuple[int, ...]] | None:
     """The names and shapes of the tensors of the torch checkpoint file ``path`` (``.bin``, ``.pt``) of the
     checkpoint ``name``, read without their data (``models.checkpoints.state_shapes``: its pickle alone, with
-    ``weights_only``); None for a file in torch's legacy form, whose shapes are known only when it is loaded.
+    ``weights_only``; in the legacy form, with fake tensors); None for a file in torch's legacy form that cannot be
+    read so, whose shapes are known only when it is loaded.
 
     Raises:
         InputError: when the file cannot be read as a torch checkpoint, or holds no state dict of tensors.
@@ -107,9 +108,10 @@ def form_of(path: str) -> str:
 
 def weights_shapes(name: str, path: str, base: ModelRequest | None = None) -> dict[str, tuple[int, ...]] | None:
     """The names and shapes of the tensors of the weights file ``path`` of the checkpoint ``name``, read without
-    their data: :func:`header_shapes` or :func:`torch_shapes` by its form (None: a torch file in the legacy form,
-    or one of a timm model ``base``, :func:`_timm_model`). A timm model's safetensors file gives the names and
-    shapes its tensors load as (``models.timm_backend.meta_fit``; None where its filter needs their values).
+    their data: :func:`header_shapes` or :func:`torch_shapes` by its form (None: a torch file in the legacy form
+    that cannot be read without its data, or one of a timm model ``base``, :func:`_timm_model`). A timm model's
+    safetensors file gives the names and shapes its tensors load as (``models.timm_backend.meta_fit``; None where
+    its filter needs their values).
 
     Raises:
         InputError: when the file cannot be read in its form.
