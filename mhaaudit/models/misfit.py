@@ -1,9 +1,10 @@
 """A weights file held against the model it loads into: which tensor does not fit, and the words it is refused in.
 
-Every path that holds a checkpoint against a model (the check of a weights file before a run's first column,
-``checkpoints.load_fitting``, a sharded checkpoint's reader, a series' check of its checkpoints) names the same
-tensor in the same words: the first, by the model's name for it, whose shape differs. The module imports nothing
-of the package, so each reader can use it.
+The check of a weights file before a run's first column and ``checkpoints.load_fitting`` name the same tensor:
+the first, by the model's name for it, whose shape differs (:func:`first_misfit`, which a series' check of its
+checkpoints uses too). They and a sharded checkpoint's reader refuse in the same words (:func:`shape_misfit`,
+:func:`parameters_missing`, :func:`holds_complex`). The module imports nothing of the package, so each reader
+can use it.
 """
 
 from __future__ import annotations
