@@ -125,10 +125,20 @@ def test_timm_weights_are_held_against_the_model_before_it_is_built(timm_dir, tm
         "no-class-token": {k: v for k, v in state.items() if k != "cls_token"},
         "narrower": timm.create_model("vit_tiny_patch16_224", num_classes=0, **{**args, "embed_dim": 16}).state_dict(),
     }
+    narrower = files["narrower"]
+    torch_files = {  # a torch file: the state the load picks from it (EMA weights first), in either torch form
+        "ema.pth": {"state_dict": narrower, "state_dict_ema": state, "epoch": 3},
+        "parallel.pth": {"state_dict": {f"module.{k}": v for k, v in narrower.items()}, "epoch": 3},
+        "plain.pth": state,
+        "legacy.pth": narrower,
+    }
     said = {}
-    for name, sd in files.items():
-        path = str(tmp_path / f"{name}.safetensors")
-        save_file({k: v.contiguous() for k, v in sd.items()}, path)
+    for name, sd in [*files.items(), *torch_files.items()]:
+        path = str(tmp_path / (name if name.endswith(".pth") else f"{name}.safetensors"))
+        if name.endswith(".pth"):
+            torch.save(sd, path, _use_new_zipfile_serialization=name != "legacy.pth")
+        else:
+            save_file({k: v.contiguous() for k, v in sd.items()}, path)
         plan = dict(weights="trained", weights_path=path, device="cpu", max_layer=1)
         try:
             check_weights(resolve(str(timm_dir), weights_path=path), LoadPlan(**plan))
@@ -141,7 +151,8 @@ def test_timm_weights_are_held_against_the_model_before_it_is_built(timm_dir, tm
         except ModelError as exc:
             loaded = str(exc)
         assert said[name] == loaded, name  # refused in the same words, naming the same tensor, or passed by both
-    assert [k for k, v in said.items() if v is not None] == ["no-class-token", "narrower"]
+    assert [k for k, v in said.items() if v is not None] == ["no-class-token", "narrower", "parallel.pth", "legacy.pth"]
+    assert said["legacy.pth"].endswith("blocks.0.attn.proj.bias has shape (16,), the model expects (32,)")
     assert said["no-class-token"].endswith(f"does not fit {timm_dir}: 1 parameter(s) missing (e.g. cls_token)")
     assert said["narrower"].endswith("blocks.0.attn.proj.bias has shape (16,), the model expects (32,)")
     # a header whose sizes no tensor has: refused in one line before any work, as unreadable

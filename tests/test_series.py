@@ -975,7 +975,8 @@ def test_a_timm_series_of_torch_checkpoints_is_read_as_timm_reads_them(timm_dir,
     parallel run's ``module.`` prefix dropped, names and shapes remapped by the model's filter. A series of such
     ``.pth`` files is not refused before any work by the names a transformers load would read (an EMA-only file was
     refused as holding no state dict of tensors, a ``module.`` one beside a plain one as of another architecture):
-    each is read when loaded, as a single ``--weights`` file is."""
+    each is read before any work as timm's load reads it (with fake tensors: no data read), and the state it picks
+    is held to the model, so one of another width is refused before any work, in either torch form."""
     from safetensors.torch import load_file
 
     sd = load_file(str(timm_dir / "model.safetensors"))
@@ -986,6 +987,15 @@ def test_a_timm_series_of_torch_checkpoints_is_read_as_timm_reads_them(timm_dir,
     for spec in (f"{ema},{plain}", f"{plain},{ddp}"):
         series = resolve_series(spec, None, ModelRequest(str(timm_dir)))
         assert len(series.checkpoints) == 2
+    tiny.save_model("timm-vit", tmp_path / "wide", seed=3, embed_dim=48)
+    wide = load_file(str(tmp_path / "wide" / "model.safetensors"))
+    for form, zipped in (("zip", True), ("legacy", False)):
+        other = tmp_path / f"wide-{form}-step4.pth"
+        torch.save({"state_dict_ema": wide, "state_dict": sd, "epoch": 4}, other, _use_new_zipfile_serialization=zipped)
+        with pytest.raises(
+            InputError, match=f"{other.name} does not fit the model .*blocks.0.attn.proj.bias has shape"
+        ):
+            resolve_series(f"{ema},{other}", None, ModelRequest(str(timm_dir)))
 
 
 # --------------------------------------------------------------------------- hub revisions

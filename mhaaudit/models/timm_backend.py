@@ -136,9 +136,10 @@ def check_weights(spec: ModelSpec, plan: LoadPlan) -> None:
     """:func:`load`'s checks of a trained weights file in safetensors form, with no tensor's data read and no
     memory allocated: its tensors' names and shapes as they load (:func:`meta_fit`) against the model built on
     the meta device, so that a run refuses a file of another width or architecture before its first column
-    (``models.load.check_weights_fit``). Left to the load: a torch file (the load chooses among the states it
-    wraps, EMA weights first), a filter that needs the tensors' values, and the parameters of blocks after the
-    first, which a run may not build.
+    (``models.load.check_weights_fit``). A torch file gives the state the load takes from it
+    (:func:`torch_state_shapes`: EMA weights first, with fake tensors). Left to the load: a file that cannot be read
+    so, a filter that needs the tensors' values, and the parameters of blocks after the first, which a run may not
+    build.
 
     Raises:
         InputError: as :func:`load` for the model's name, folder or arguments.
@@ -148,10 +149,11 @@ def check_weights(spec: ModelSpec, plan: LoadPlan) -> None:
     """
     arch = _architecture(spec, plan.weights, plan.weights_path)
     path = os.path.abspath(plan.weights_path or arch.file or "")
-    if plan.weights != "trained" or not path.endswith(".safetensors"):
+    if plan.weights != "trained" or not path:
         return
     fit = meta_fit(spec)
-    shapes = state_shapes(path)  # a header no load reads (each entry checked): refused before any work
+    # a header no load reads (each entry checked): refused before any work; a torch file as the load picks its state
+    shapes = state_shapes(path) if path.endswith(".safetensors") else torch_state_shapes(path)
     if fit is None or shapes is None:
         return
     own, params, loaded = fit
@@ -166,6 +168,26 @@ def check_weights(spec: ModelSpec, plan: LoadPlan) -> None:
     missing = [k for k in params if k not in state and not is_ignorable(k) and not later.match(k)]
     if missing:
         raise ModelError(f"{misfit}: {parameters_missing(missing)}")
+
+
+def torch_state_shapes(path: str) -> Shapes | None:
+    """The names and shapes of the state the load takes from the torch file ``path`` (timm's ``load_state_dict``:
+    its EMA weights first, then ``state_dict`` or ``model``, a parallel run's ``module.`` prefix dropped), read with
+    fake tensors (torch's ``FakeTensorMode``: each storage on the meta device, whatever size the file claims, and
+    not one byte of the tensors' data read; its pickle unpickled with ``weights_only=True``). None where it cannot
+    be read so, or holds more than tensors: the load reads it, and says what is wrong with it."""
+    from timm.models import load_state_dict
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    try:
+        regular_file(path, ModelError)
+        with FakeTensorMode():
+            sd = load_state_dict(path, use_ema=True, device="meta", weights_only=True)
+    except Exception:  # noqa: BLE001 - the load reads the file and refuses it in words
+        return None
+    if not isinstance(sd, dict) or not all(isinstance(v, torch.Tensor) for v in sd.values()):
+        return None
+    return {str(k): tuple(v.shape) for k, v in sd.items()}
 
 
 def meta_fit(spec: ModelSpec) -> tuple[Shapes, list[str], Callable[[Shapes], Shapes | None]] | None:

@@ -19,9 +19,8 @@
 - :func:`torch_shapes`: a torch checkpoint's (``pytorch_model.bin``, ``.pt``) tensors' names and shapes, from
   its pickle alone; :func:`refuse_unfitting`: a checkpoint whose tensors are of other shapes than the model's.
 
-What cannot be read cheaply is checked when the checkpoint is read: a torch file of a timm model is read by
-timm's own rules (its EMA weights first, names remapped) when it is loaded, and so is a torch file in the legacy
-form (before torch 1.6) that torch's fake tensors cannot read (``models.checkpoints.state_shapes``).
+What cannot be read cheaply is checked when the checkpoint is read: a torch file that torch's fake tensors
+cannot read (``models.checkpoints.state_shapes``, ``models.timm_backend.torch_state_shapes``).
 """
 
 from __future__ import annotations
@@ -38,7 +37,7 @@ from ..models.hf_config import config_difference, repository_code
 from ..models.hf_weights import alias_fit, config_shapes
 from ..models.misfit import first_misfit
 from ..models.shards import hub_download
-from ..models.timm_backend import meta_fit
+from ..models.timm_backend import meta_fit, torch_state_shapes
 from ..request import ModelRequest
 
 __all__ = [
@@ -109,9 +108,10 @@ def form_of(path: str) -> str:
 def weights_shapes(name: str, path: str, base: ModelRequest | None = None) -> dict[str, tuple[int, ...]] | None:
     """The names and shapes of the tensors of the weights file ``path`` of the checkpoint ``name``, read without
     their data: :func:`header_shapes` or :func:`torch_shapes` by its form (None: a torch file in the legacy form
-    that cannot be read without its data, or one of a timm model ``base``, :func:`_timm_model`). A timm model's
-    safetensors file gives the names and shapes its tensors load as (``models.timm_backend.meta_fit``; None where
-    its filter needs their values).
+    that cannot be read without its data). A timm model's file (``base``, :func:`_timm_model`) gives the names
+    and shapes its tensors load as (``models.timm_backend.meta_fit``; None where its filter needs their values): a
+    torch file's from the state timm's load picks from it (``models.timm_backend.torch_state_shapes``: its EMA
+    weights first; None where it cannot be read so).
 
     Raises:
         InputError: when the file cannot be read in its form.
@@ -120,7 +120,10 @@ def weights_shapes(name: str, path: str, base: ModelRequest | None = None) -> di
         shapes = header_shapes(name, path)
         fit = _timm_fit(base) if base is not None else None
         return shapes if fit is None else fit[2](shapes)
-    return None if base is not None and _timm_model(base) else torch_shapes(name, path)
+    if base is None or not _timm_model(base):
+        return torch_shapes(name, path)
+    fit, picked = _timm_fit(base), torch_state_shapes(path)  # the state timm's load picks, with fake tensors
+    return None if fit is None or picked is None else fit[2](picked)
 
 
 def _timm_fit(base: ModelRequest):
@@ -137,7 +140,7 @@ def _timm_model(base: ModelRequest) -> bool:
     """Whether ``base`` names a timm model, whose loader reads a torch checkpoint its own way: its EMA weights
     first (a training checkpoint may hold no other), a parallel run's ``module.`` prefix dropped, names and shapes
     remapped by the model's filter. What :func:`torch_shapes` reads (the state dict a transformers load reads) is
-    then not what loads: such a file is checked when it is loaded."""
+    then not what loads: such a file is read as timm's load reads it (``models.timm_backend.torch_state_shapes``)."""
     try:
         return resolve(base.model, backend=base.backend).backend == "timm"
     except (MhaauditError, OSError, ValueError):  # a name no backend takes: the run says so
