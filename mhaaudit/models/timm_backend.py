@@ -148,9 +148,9 @@ def check_weights(spec: ModelSpec, plan: LoadPlan) -> None:
             be read or an entry of it is malformed (:func:`~.checkpoints.header_shapes`).
     """
     arch = _architecture(spec, plan.weights, plan.weights_path)
-    path = os.path.abspath(plan.weights_path or arch.file or "")
-    if plan.weights != "trained" or not path:
+    if plan.weights != "trained" or not (plan.weights_path or arch.file):
         return
+    path = os.path.abspath(plan.weights_path or arch.file or "")
     fit = meta_fit(spec)
     # a header no load reads (each entry checked): refused before any work; a torch file as the load picks its state
     shapes = state_shapes(path) if path.endswith(".safetensors") else torch_state_shapes(path)
