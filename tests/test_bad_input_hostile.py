@@ -461,7 +461,8 @@ def test_a_timm_checkpoint_is_read_with_weights_only(monkeypatch, capsys, hostil
         capsys, "check", hostile["timm"], "--variants", "trained", "--weights", hostile["code_pth"], "--limit", "20"
     )
     assert_one_error(rc, err, "cannot read the timm checkpoint")
-    assert seen == [True] and not os.path.exists(hostile["marker"])
+    # read twice, each with weights_only: the check before any work (fake tensors), then the load, which refuses
+    assert seen == [True, True] and not os.path.exists(hostile["marker"])
 
 
 def test_every_torch_load_passes_weights_only_explicitly():
