@@ -133,12 +133,13 @@ def lost_rank_line() -> str | None:
     if s is None or s.store is None:
         return None
     with contextlib.suppress(Exception):
+        gone = s._dead_ranks()  # before the notes: a rank leaves its note before it ends
         notes = s._notes()
         failed = {r: note for r, note in notes.items() if note[0] in (2, 3)}  # not a rank a signal ended as well
         if failed:
             r = min(failed)
             return f"rank {r} of {s.world_size} failed: {failed[r][1]}"
-        dead = [r for r in s._dead_ranks() if r not in notes]
+        dead = [r for r in gone if r not in notes]
         if dead:
             return (
                 f"rank {', '.join(map(str, dead))} of {s.world_size} stopped without reporting an error "
@@ -367,6 +368,16 @@ def run_cli(main: Callable[[list[str] | None], int], argv: list[str] | None = No
         return _run_rank(main, argv)
 
 
+def _note_the_signal(signum: int) -> int:
+    """A rank other than 0 that signal ``signum`` ends leaves the note that it did, which tells rank 0 (where the
+    signal did not reach it too) why this rank left: not that it "stopped without reporting an error". Its status."""
+    code = 128 + signum
+    s = _SESSION
+    if s is not None and s.rank != 0:
+        s.note(code=code, line=f"ended by {signal.Signals(signum).name}")
+    return code
+
+
 def _run_rank(main: Callable[[list[str] | None], int], argv: list[str] | None) -> int:
     try:
         s = session()
@@ -392,16 +403,15 @@ def _run_rank(main: Callable[[list[str] | None], int], argv: list[str] | None) -
             if not debugging():
                 stack.enter_context(contextlib.redirect_stdout(devnull))
                 stack.enter_context(contextlib.redirect_stderr(devnull))
+            ending.before_end(_note_the_signal)  # where no exception unwinds the run, the watch ends it
             try:
                 code = _follow(s)
             except BaseException:
                 signum = ending.noted()
                 if signum is None:  # not a signal's exception (Ctrl-C, SIGTERM, SIGHUP under the command line)
                     raise
-                # ended by the signal, quietly: rank 0, signalled too as a rule, says its line; where it was not,
-                # this note tells it why this rank left (not "stopped without reporting an error")
-                code = 128 + signum
-                s.note(code=code, line=f"ended by {signal.Signals(signum).name}")
+                # ended by the signal, quietly: rank 0, signalled too as a rule, says its line
+                code = _note_the_signal(signum)
                 ending.settle(code, said=True)
     sys.stdout.flush()
     sys.stderr.flush()

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Collection
 
 __all__ = [
+    "before_end",
     "clear",
     "deadline",
     "ending",
@@ -47,6 +48,7 @@ _DEADLINE: float | None = None  # when the watch ends the process (time.monotoni
 _DELAY = 0.0  # the watch's delay
 _OURS = False  # the process is the command line's own: its end is the command line's to make
 _HURRY = threading.Event()  # set by :func:`hasten`: the watch ends the process without waiting out its delay
+_LAST: list[Callable[[int], object]] = []  # what the watch does before its end (:func:`before_end`)
 
 
 def own_the_process() -> None:
@@ -112,6 +114,15 @@ def _start_count() -> float:
     return _DEADLINE
 
 
+def before_end(last: Callable[[int], object]) -> None:
+    """The watch calls ``last(signum)`` (the signal that ended the run) on its thread before its end, so that what
+    the unwinding run would have done for the others still happens where nothing unwinds it (a torchrun rank's
+    note of why it left: :mod:`mhaaudit.distributed`). What it raises is passed over; it must not wait long. Given
+    twice, it is called once."""
+    if last not in _LAST:
+        _LAST.append(last)
+
+
 def hasten() -> None:
     """The exception the signal's handler raised was lost (raised in a finaliser or a weakref callback, where
     Python cannot raise it): nothing unwinds the run, so this process's watch, once it counts, ends the process
@@ -164,6 +175,10 @@ def watch(delay: float, end: Callable[[int], object], signals: Collection[int]) 
             if got[0] in wanted:
                 break
         _HURRY.wait(max(0.0, _start_count() - time.monotonic()))  # (:func:`hasten` cuts the wait short)
+        signum = _NOTED if _NOTED is not None else got[0]
+        for last in list(_LAST):
+            with contextlib.suppress(Exception):  # the end comes whatever it meets
+                last(signum)
         end(got[0])
 
     threading.Thread(target=wait, name="mhaaudit-signal-watch", daemon=True).start()

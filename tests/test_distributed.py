@@ -309,6 +309,30 @@ def test_after_a_signal_rank_0_leaves_with_its_status_before_the_watch_would_end
     assert done.returncode == 2, done.stderr
 
 
+class _Leaving:
+    """A job of two where rank 1 leaves its note that a signal ended it, then ends, between rank 0's looks."""
+
+    rank, world_size, store = 0, 2, object()
+
+    def __init__(self):
+        self.notes: dict = {}
+
+    def _notes(self) -> dict:
+        return dict(self.notes)
+
+    def _dead_ranks(self) -> list[int]:
+        self.notes[1] = (143, "ended by SIGTERM")  # the note comes before the end: gone now, noted already
+        return [1]
+
+
+def test_rank_0_reads_who_is_gone_before_their_notes(monkeypatch):
+    """The line rank 0 says after SIGTERM (``lost_rank_line``) looks for the ranks that are gone before it reads
+    their notes, so a rank that noted a signal and ended between the two looks is no rank that "stopped without
+    reporting an error": rank 0 was signalled as it was, and says so itself. Read the other way, it was one."""
+    monkeypatch.setattr(distributed, "_SESSION", _Leaving())
+    assert distributed.lost_rank_line() is None
+
+
 def test_read_ahead_keeps_order_and_raises_in_place():
     from mhaaudit.pipeline import _read_ahead
 
@@ -537,24 +561,14 @@ MARK_DRIVER = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize(
-    "sig, to, codes, line",
-    [
-        (signal.SIGTERM, (0, 1), (143, 143), "Error: terminated (SIGTERM)"),
-        (signal.SIGINT, (0, 1), (130, 130), "Error: interrupted"),
-        (signal.SIGTERM, (1,), (2, 143), "Error: rank 1 of 2 failed: ended by SIGTERM"),
-    ],
-)
-def test_a_signal_ends_every_rank_with_its_status_and_one_line_from_rank_0(tmp_path, sig, to, codes, line):
-    """SIGTERM or Ctrl-C sent to every rank (as torchrun and a terminal do) ends each with the signal's status and
-    rank 0 alone says so, in one line; a rank the signal reached alone is named by rank 0 as ended by it. The
-    ranks other than 0 had no handler (SIGTERM killed them, and rank 0 said one "stopped without reporting an
-    error", status 2) and each said "interrupted" after Ctrl-C."""
+def _signalled(tmp_path, source: str, sig: int, to: tuple[int, ...]) -> list[tuple[int, str, str]]:
+    """Two ranks of ``kruskal`` (a long one) through the driver ``source``, which makes the file ``MARK`` once the
+    work is under way; a second later ``sig`` goes to the ranks ``to``. Each rank's status, stdout and stderr."""
     import numpy as np
 
     np.save(tmp_path / "X.npy", np.random.default_rng(0).standard_normal((3000, 64)).astype(np.float32))
     driver, mark = tmp_path / "mark.py", tmp_path / "started"
-    driver.write_text(MARK_DRIVER)
+    driver.write_text(source)
     args = ["kruskal", tmp_path / "X.npy", "--k", 40, "--samples", 10**8, "--all-draws", "--device", "cpu"]
     port = _free_port()
     procs = [
@@ -580,7 +594,65 @@ def test_a_signal_ends_every_rank_with_its_status_and_one_line_from_rank_0(tmp_p
             if p.poll() is None:
                 p.kill()
                 p.wait()
-    (r0, out0, err0), (r1, out1, err1) = ends
+    return ends
+
+
+@pytest.mark.parametrize(
+    "sig, to, codes, line",
+    [
+        (signal.SIGTERM, (0, 1), (143, 143), "Error: terminated (SIGTERM)"),
+        (signal.SIGINT, (0, 1), (130, 130), "Error: interrupted"),
+        (signal.SIGTERM, (1,), (2, 143), "Error: rank 1 of 2 failed: ended by SIGTERM"),
+    ],
+)
+def test_a_signal_ends_every_rank_with_its_status_and_one_line_from_rank_0(tmp_path, sig, to, codes, line):
+    """SIGTERM or Ctrl-C sent to every rank (as torchrun and a terminal do) ends each with the signal's status and
+    rank 0 alone says so, in one line; a rank the signal reached alone is named by rank 0 as ended by it. The
+    ranks other than 0 had no handler (SIGTERM killed them, and rank 0 said one "stopped without reporting an
+    error", status 2) and each said "interrupted" after Ctrl-C."""
+    (r0, out0, err0), (r1, out1, err1) = _signalled(tmp_path, MARK_DRIVER, sig, to)
+    assert (r0, r1) == codes, err0 + err1
+    assert err0.strip().splitlines() == [line] and (out0, out1, err1) == ("", "", ""), err0 + err1
+
+
+# A driver whose rank 1, at its first shared call, spends its time in a finaliser: a signal's exception raised there
+# is lost (Python cannot raise it), and the watch of mhaaudit.ending ends the rank.
+LOST_DRIVER = textwrap.dedent("""
+    import os, sys, time
+    from mhaaudit import distributed
+
+    real = distributed._shared_call
+
+    class Lingers:
+        def __del__(self):
+            time.sleep(0.2)
+
+    def stuck(*args, **kwargs):
+        open(os.environ["MARK"], "w").close()
+        while True:
+            Lingers()
+
+    def marked(key):
+        return stuck if os.environ["RANK"] == "1" else real(key)
+
+    distributed._shared_call = marked
+    from mhaaudit.__main__ import entry
+    entry(sys.argv[1:])
+""")
+
+
+@pytest.mark.parametrize(
+    "to, codes, line",
+    [
+        ((1,), (2, 143), "Error: rank 1 of 2 failed: ended by SIGTERM"),
+        ((0, 1), (143, 143), "Error: terminated (SIGTERM)"),
+    ],
+)
+def test_a_rank_whose_signal_the_watch_ends_leaves_its_note_for_rank_0(tmp_path, to, codes, line):
+    """SIGTERM reaching rank 1 while it runs a finaliser (its exception lost there, so the watch of
+    :mod:`mhaaudit.ending` ends it) still lets rank 0 say why: rank 1 ended by SIGTERM, or, where both ranks had
+    it, "terminated". Rank 1 left no note that way, and rank 0 said it "stopped without reporting an error"."""
+    (r0, out0, err0), (r1, out1, err1) = _signalled(tmp_path, LOST_DRIVER, signal.SIGTERM, to)
     assert (r0, r1) == codes, err0 + err1
     assert err0.strip().splitlines() == [line] and (out0, out1, err1) == ("", "", ""), err0 + err1
 

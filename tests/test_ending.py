@@ -62,6 +62,32 @@ def test_the_watch_ends_the_process_after_the_first_signal():
     assert proc.stdout == "the run goes on\nended by 15\n"
 
 
+# What the watch does before its end runs once, in the order given; what it raises is passed over.
+_LAST = (
+    _END
+    + """
+import time
+def last(signum):
+    sys.stdout.write(f"last for {signum}\\n")
+    sys.stdout.flush()
+def broken(signum):
+    raise RuntimeError("passed over")
+ending.before_end(broken)
+ending.before_end(last)
+ending.before_end(last)  # given twice: called once
+ending.watch(0.2, end, {2, 15})
+ending.note(15)
+time.sleep(30)
+"""
+)
+
+
+def test_the_watch_does_what_was_asked_before_its_end():
+    proc = run_python(_LAST)
+    assert proc.returncode == 7, proc.stderr
+    assert proc.stdout == "last for 15\nended by 15\n"
+
+
 # A forked child inherits the watch's pipe (and the C-level wake-up) but not its thread: a signal that
 # reaches it, or that it notes, does not end the parent.
 _FORKED = (
