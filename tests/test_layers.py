@@ -126,7 +126,7 @@ DEFERRED = {
     "mhaaudit.models.random_init": {"timm", "transformers"},
     "mhaaudit.models.resolution": {"timm", "transformers"},
     "mhaaudit.models.shards": {"huggingface_hub", "safetensors", "transformers"},
-    "mhaaudit.models.timm_backend": {"safetensors", "timm", "torch"},
+    "mhaaudit.models.timm_backend": {"safetensors", "timm"},
     "mhaaudit.notebook": {"ipywidgets", "tqdm"},
     "mhaaudit.numerics.checked": {"scipy"},
     "mhaaudit.numerics.lapack": {"scipy"},

@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shutil
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -996,6 +997,32 @@ def test_a_timm_series_of_torch_checkpoints_is_read_as_timm_reads_them(timm_dir,
             InputError, match=f"{other.name} does not fit the model .*blocks.0.attn.proj.bias has shape"
         ):
             resolve_series(f"{ema},{other}", None, ModelRequest(str(timm_dir)))
+
+
+def test_a_timm_series_reads_each_torch_checkpoint_once_before_its_load(timm_dir, tmp_path, capsys, monkeypatch):
+    """A timm series of torch checkpoints reads each one with fake tensors once (for the series' checks before any
+    work; the check before its load takes the state kept), then loads it once. The first was read three times so."""
+    import timm.models
+    from safetensors.torch import load_file
+
+    sd = load_file(str(timm_dir / "model.safetensors"))
+    names = [f"ema-step{i}.pth" for i in (1, 2)]
+    for i, name in enumerate(names):
+        torch.save({"state_dict_ema": sd, "epoch": i}, tmp_path / name)
+    seen: list[tuple[str, str | None]] = []
+    real = timm.models.load_state_dict
+
+    def spy(path, *args, **kwargs):
+        seen.append((os.path.basename(path), kwargs.get("device")))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(timm.models, "load_state_dict", spy)
+    spec = ",".join(str(tmp_path / name) for name in names)
+    args = ("--limit", 40, "--samples", 32, "--device", "cpu", "--format", "json")
+    rc, out, err = run(capsys, "check", timm_dir, "--checkpoints", spec, *args)
+    assert rc == 0, err
+    assert {r["checkpoint"] for r in strict_json(out)["records"]} == {None, *(str(tmp_path / n) for n in names)}
+    assert Counter(seen) == {(name, device): 1 for name in names for device in ("meta", None)}, seen  # None: the load
 
 
 # --------------------------------------------------------------------------- hub revisions

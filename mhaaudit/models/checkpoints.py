@@ -12,7 +12,8 @@ from __future__ import annotations
 import math
 import os
 import zipfile
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
@@ -30,6 +31,7 @@ __all__ = [
     "DTYPE_BITS",
     "IGNORABLE_MISSING",
     "checkpoint_header",
+    "fake_read",
     "find_checkpoint",
     "header_shapes",
     "load_fitting",
@@ -232,20 +234,32 @@ def _torch_shapes(path: str) -> dict[str, tuple[int, ...]] | None:
     return {str(k): tuple(v.shape) for k, v in _unwrapped(sd, path)[0].items()}
 
 
-def _legacy_shapes(path: str) -> Any:
-    """What the torch file ``path`` in the legacy form (before torch 1.6, or saved with
-    ``_use_new_zipfile_serialization=False``) holds, its tensors fake (torch's ``FakeTensorMode``: each storage on
-    the meta device, whatever size the file claims, and not one byte of its data read): its pickle alone, unpickled
-    with ``weights_only=True``. None where torch cannot read it so (a file that is not a torch checkpoint, or one
-    that only the load reads): the load reads it, and says what is wrong with it.
-    """
+_Read = TypeVar("_Read")
+
+
+def fake_read(read: Callable[[], _Read]) -> _Read | None:
+    """``read()`` of a torch file with fake tensors (torch's ``FakeTensorMode``: each storage on the meta device,
+    whatever size the file claims, and not one byte of its data read); None where it raises (a file that is not a
+    torch checkpoint, or one that only the load reads): the load reads the file, and says what is wrong with it."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     try:
-        with native_name(path) as name, FakeTensorMode():
-            return torch.load(name, map_location="meta", weights_only=True)
+        with FakeTensorMode():
+            return read()
     except Exception:  # noqa: BLE001 - the load reads the file and refuses it in words
         return None
+
+
+def _legacy_shapes(path: str) -> Any:
+    """What the torch file ``path`` in the legacy form (before torch 1.6, or saved with
+    ``_use_new_zipfile_serialization=False``) holds, its tensors fake (:func:`fake_read`): its pickle alone,
+    unpickled with ``weights_only=True``. None where torch cannot read it so."""
+
+    def read() -> Any:
+        with native_name(path) as name:
+            return torch.load(name, map_location="meta", weights_only=True)
+
+    return fake_read(read)
 
 
 def state_file_keys(path: str) -> list[str]:

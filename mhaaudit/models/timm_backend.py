@@ -33,8 +33,9 @@ from torch import nn
 from ..errors import InputError, ModelError, Param, one_line
 from ..files import native_name, regular_file
 from ..hub import force_offline_env, is_offline
-from .checkpoints import find_checkpoint, is_ignorable, load_fitting, state_shapes
+from .checkpoints import fake_read, find_checkpoint, is_ignorable, load_fitting, state_shapes
 from .families import query_words
+from .file_reads import once
 from .hub_reads import offline_weights_error
 from .misfit import first_misfit, parameters_missing, shape_misfit
 from .plan import LoadPlan
@@ -174,20 +175,22 @@ def torch_state_shapes(path: str) -> Shapes | None:
     """The names and shapes of the state the load takes from the torch file ``path`` (timm's ``load_state_dict``:
     its EMA weights first, then ``state_dict`` or ``model``, a parallel run's ``module.`` prefix dropped), read with
     fake tensors (torch's ``FakeTensorMode``: each storage on the meta device, whatever size the file claims, and
-    not one byte of the tensors' data read; its pickle unpickled with ``weights_only=True``). None where it cannot
-    be read so, or holds more than tensors: the load reads it, and says what is wrong with it."""
+    not one byte of the tensors' data read; its pickle unpickled with ``weights_only=True``:
+    ``models.checkpoints.fake_read``). None where it cannot be read so, or holds more than tensors: the load reads
+    it, and says what is wrong with it. Read once within ``models.file_reads.read_once``."""
     from timm.models import load_state_dict
-    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    def read() -> Shapes | None:
+        regular_file(path, ModelError)
+        sd = load_state_dict(path, use_ema=True, device="meta", weights_only=True)
+        if not isinstance(sd, dict) or not all(isinstance(v, torch.Tensor) for v in sd.values()):
+            return None
+        return {str(k): tuple(v.shape) for k, v in sd.items()}
 
     try:
-        regular_file(path, ModelError)
-        with FakeTensorMode():
-            sd = load_state_dict(path, use_ema=True, device="meta", weights_only=True)
-    except Exception:  # noqa: BLE001 - the load reads the file and refuses it in words
+        return once("timm state shapes", path, lambda: fake_read(read))
+    except OSError:  # the file cannot be looked up: the load says so
         return None
-    if not isinstance(sd, dict) or not all(isinstance(v, torch.Tensor) for v in sd.values()):
-        return None
-    return {str(k): tuple(v.shape) for k, v in sd.items()}
 
 
 def meta_fit(spec: ModelSpec) -> tuple[Shapes, list[str], Callable[[Shapes], Shapes | None]] | None:
