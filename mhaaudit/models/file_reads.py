@@ -3,8 +3,10 @@
 A run holds a single weights file's tensors' shapes against the model before any work
 (``load.check_weights_fit``); its load holds them again before the model is built, then lists the
 file's tensors to read only those the probed blocks use (``shards.Checkpoint.file``). Within
-:func:`read_once` all three come from one read of the file. The module imports nothing of the
-package: the readers (``checkpoints``, ``shards``) hand it the read to make.
+:func:`read_once` all three come from one read of the file; so does the state timm's load picks from a timm
+model's torch checkpoint (``timm_backend.torch_state_shapes``), which a series checks before any work and again
+before each load. The module imports nothing of the package: the readers (``checkpoints``, ``shards``,
+``timm_backend``) hand it the read to make.
 """
 
 from __future__ import annotations
