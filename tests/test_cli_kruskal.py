@@ -25,6 +25,7 @@ from mhaaudit.cli.given import deprecation_line
 from mhaaudit.errors import InputError
 from mhaaudit.features import reduce_tokens
 from mhaaudit.io import read_parquet_metadata
+from mhaaudit.tables import COLUMNS
 
 T, D = 30, 8
 RECORD_FIELDS = {
@@ -289,6 +290,9 @@ def test_out_file_is_stamped(capsys, npy, tmp_path):
     rows = pq.read_table(out).to_pylist()
     assert [r["k"] for r in rows] == [3, 5]
     assert RECORD_FIELDS <= set(rows[0])
+    # the file's columns are those the schema page gives kruskal: no Assumption 2 margin
+    assert pq.read_schema(out).names == [c.name for c in COLUMNS["kruskal"]]
+    assert "min_margin" not in pq.read_schema(out).names
     assert tmp_leftovers(tmp_path) == []
     assert "Kruskal-rank tests" in stdout  # --out adds a file; the table is still printed
 

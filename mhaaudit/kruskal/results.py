@@ -32,7 +32,7 @@ from ..notes import Note
 from ..numerics import RankRule, ldexp
 from ..provenance import stamp
 from ..render_kruskal import kruskal_report, subset_test_report, sweep_report
-from ..tables import TEST_COLUMNS, ResultTable, StoredSweepResult, table_rows
+from ..tables import COLUMNS, ResultTable, StoredSweepResult, table_rows
 from .brackets import GramBrackets
 
 __all__ = [
@@ -217,9 +217,9 @@ def kruskal_meta(result) -> dict:
     )
 
 
-#: The columns of a test's record: those of ``tables.TEST_COLUMNS`` but Assumption 2's margin, which
-#: only its per-example test has (``checks.ContextRanks.record``).
-_RECORD_COLUMNS = tuple(c.name for c in TEST_COLUMNS if c.name != "min_margin")
+#: The columns of a test's record: ``tables.COLUMNS["kruskal"]``, those of ``tables.TEST_COLUMNS`` but Assumption
+#: 2's margin, which only its per-example test has (``checks.ContextRanks.record``).
+_RECORD_COLUMNS = tuple(c.name for c in COLUMNS["kruskal"])
 
 
 @dataclass(frozen=True, repr=False)
@@ -296,7 +296,7 @@ class SubsetTest(ResultTable):
         return self.set_rank_ceiling
 
     def record(self) -> dict:
-        """The row of a results table: the columns of ``tables.TEST_COLUMNS``, in their order, each the
+        """The row of a results table: the columns of ``tables.COLUMNS["kruskal"]``, in their order, each the
         field of the same name or what :meth:`_derived_columns` makes of the evidence."""
         derived = self._derived_columns()
         return {name: derived[name] if name in derived else getattr(self, name) for name in _RECORD_COLUMNS}
