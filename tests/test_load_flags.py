@@ -360,6 +360,64 @@ def test_weights_whose_config_computes_otherwise_than_the_local_model_are_refuse
     assert 'hidden_act = "relu"' in line and out == ""
 
 
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ('{"model_type": "bert",', "its config.json is not JSON"),
+        ("[1, 2]", "its config.json is not a JSON object"),
+        (b"\xff{}", "its config.json is not JSON"),
+        ("", "its config.json is not JSON"),
+    ],
+)
+def test_a_weights_folder_whose_config_cannot_be_read_is_refused(capsys, bert_dir, tmp_path, text, says):
+    """A trained weights folder holding a config.json that is no JSON object is refused before any work, the line
+    naming the folder (it was read as a folder without a config, and the run went on with the model's)."""
+    weights = tmp_path / "weights"
+    shutil.copytree(bert_dir, weights)
+    config = weights / "config.json"
+    config.write_bytes(text) if isinstance(text, bytes) else config.write_text(text)
+    args = ("check", bert_dir, "--weights", weights, "--limit", "20", "--context-length", "16", "--samples", "20")
+    for command in (args, ("capacity", *args[1:], "--heads", "1")):
+        rc, out, err = run(capsys, *command, "--variants", "trained", "--format", "json")
+        assert_one_error(rc, err, f"--weights {weights}: {says}")
+        assert out == ""
+    (weights / "config.json").unlink()  # a folder of weights alone is read with the model's config
+    rc, _, err = run(capsys, *args, "--variants", "trained", "--format", "json")
+    assert rc == 0, err
+
+
+def test_a_weights_folder_whose_config_has_a_bad_size_is_named(capsys, bert_dir, tmp_path):
+    """A malformed size in the weights folder's config is said of that folder, not of the model (whose is fine)."""
+    weights = tmp_path / "weights"
+    shutil.copytree(bert_dir, weights)
+    cfg = json.loads((weights / "config.json").read_text())
+    (weights / "config.json").write_text(json.dumps({**cfg, "hidden_size": str(cfg["hidden_size"])}))
+    args = ("check", bert_dir, "--weights", weights, "--limit", "20", "--context-length", "16", "--samples", "20")
+    rc, out, err = run(capsys, *args)
+    line = assert_one_error(rc, err, f"the config of the weights folder {weights} is malformed: hidden_size is")
+    assert f"the config of {bert_dir} " not in line and out == ""
+
+
+def test_a_config_value_its_class_refuses_is_said_whole(capsys, bert_dir, tmp_path):
+    """A config field of the wrong type, refused by transformers' config class: the line says what is wrong
+    with the value, not only which field (the class's message is two lines; the first ended in a colon)."""
+    from transformers import AutoConfig
+
+    folder = tmp_path / "model"
+    shutil.copytree(bert_dir, folder)
+    cfg = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**cfg, "layer_norm_eps": "x"}))
+    try:
+        AutoConfig.from_pretrained(folder)
+    except Exception:  # noqa: BLE001 - whatever this transformers raises for it
+        pass
+    else:
+        pytest.skip("this transformers' config class takes a string for a float field")
+    rc, out, err = run(capsys, "check", folder, "--limit", "20", "--context-length", "16", "--samples", "20")
+    line = assert_one_error(rc, err, f"the config of {folder} is malformed: ")
+    assert "layer_norm_eps" in line and "'x'" in line and not line.rstrip().endswith(":") and out == ""
+
+
 def test_planted_code_never_runs_when_stdin_says_yes(bert_dir, tmp_path):
     """transformers would ask [y/N] on stdin and run the code on 'y': mhaaudit never lets it ask."""
     import subprocess

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .. import files
 from ..errors import InputError, ModelError, Param
 from ..hub import force_offline_env, is_offline
 from .families import Family, embedding_positions, family_of, query_words
@@ -181,13 +182,15 @@ def _hub_for(spec: ModelSpec, weights_path: str | None, revision: str | None, tr
     for folder in (spec.resolved if spec.local else None, weights_path):
         if folder is not None and os.path.isdir(folder):
             check_links_inside(folder)  # first: nothing is read through a link leading out, nor from a pipe
-            if not hub.trust_remote_code:  # named as given: the model, or its trained weights' folder
-                refuse_repository_code(folder, spec.name if folder != weights_path else f"the weights folder {folder}")
+            is_weights = folder == weights_path
+            who = f"the weights folder {folder}" if is_weights else spec.name  # named as given
+            if not hub.trust_remote_code:
+                refuse_repository_code(folder, who)
             check_local_indexes(folder)
-            raw = read_json(os.path.join(folder, "config.json"))
+            raw = _weights_config(folder) if is_weights else read_json(os.path.join(folder, "config.json"))
             if raw is not None:
-                check_config_numbers(ConfigFields(raw), spec.name)
-            raws.append(raw if isinstance(raw, dict) else None)
+                check_config_numbers(ConfigFields(raw), who)
+            raws.append(raw)
     if len(raws) == 2 and raws[0] is not None and raws[1] is not None and weights_path != spec.resolved:
         # a local model's config builds the trained column: weights whose own config computes otherwise are refused
         difference = config_difference(raws[1], raws[0], spec.name)
@@ -198,6 +201,27 @@ def _hub_for(spec: ModelSpec, weights_path: str | None, revision: str | None, tr
                 f"from, or audit the folder as a model of its own (check {weights_path})"
             )
     return hub
+
+
+def _weights_config(folder: str) -> dict | None:
+    """The ``config.json`` of a trained weights folder, None where it has none. It is read whole and must be a
+    JSON object: a folder saved with ``save_pretrained`` whose config cannot be read is refused, not read as a
+    folder without one (as a checkpoint of a series, ``series.spec``).
+
+    Raises:
+        InputError: when the file is there but is not a regular file of a JSON object within the bounds of
+            :func:`mhaaudit.files.read_json`.
+    """
+    path = os.path.join(folder, "config.json")
+    if not os.path.lexists(path):
+        return None
+    try:
+        data = files.read_json(path, InputError, "its config.json")
+    except InputError as exc:
+        raise InputError(Param("weights") + f" {folder}: {exc}") from None
+    if not isinstance(data, dict):
+        raise InputError(Param("weights") + f" {folder}: its config.json is not a JSON object")
+    return data
 
 
 def _model_info(

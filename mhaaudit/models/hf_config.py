@@ -104,7 +104,8 @@ def _auto_config(source: str, name: str, hub: _Hub, local: bool = False) -> Any:
             raise
         raise problem from exc
     except _config_errors() as exc:  # a field of the wrong type, refused by the config class itself
-        raise ModelError(f"the config of {name} is malformed: {one_line(exc, 200, first_line=True)}") from exc
+        # every line: the first names the field, the next what is wrong with its value
+        raise ModelError(f"the config of {name} is malformed: {one_line(exc, 300)}") from exc
 
 
 def _config_errors() -> tuple[type[BaseException], ...]:
