@@ -224,6 +224,9 @@ def test_help(capsys):
         (["table1", "--plot", "x.png"], "--plot does not apply to table1"),
         (["table3", "--model", "vit=x"], "--model 'vit=x': name the model it is for (bert=... or gpt2=...)"),
         (["table3", "--weights", "/nowhere"], "--weights '/nowhere': name the model it is for"),
+        (["table1", "--model", "bert=x"], "--model 'bert=x': bert is not a model of this target, whose model is vit"),
+        (["figure1", "--model", "GPT2=x"], "--model 'GPT2=x': gpt2 is not a model of this target, whose model is vit"),
+        (["table1", "--weights", "gpt2=/w"], "--weights 'gpt2=/w': gpt2 is not a model of this target"),
         (["table3", "--context-length", "bert=abc"], "--context-length"),
         (["table3", "--models", "roberta"], "unknown model key 'roberta'"),
         (["table1", "--model", "vit="], "no value after '='"),
@@ -239,6 +242,36 @@ def test_bad_input_is_one_line(capsys, args, match):
     rc, out, err = run(capsys, "reproduce", *args)
     assert_one_error(rc, err, match)
     assert out == ""
+
+
+def test_a_path_holding_another_targets_key_is_still_a_path(tmp_path, monkeypatch):
+    """A folder named like ``bert=x`` that exists is the one model of table1, not a key of another target."""
+    from mhaaudit.cli.reproduce import keyed
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bert=x").mkdir()
+    assert keyed("--model", ["bert=x"], ("vit",), ("bert", "gpt2")) == {"vit": "bert=x"}
+    assert keyed("--model", ["vit=bert=x"], ("vit",), ("bert", "gpt2")) == {"vit": "bert=x"}
+
+
+def test_a_model_of_the_other_modality_is_refused_before_any_work(capsys, monkeypatch, vit_dir, bert_dir):
+    """table1 and figure1 hold an image model's columns, table3 a text model's: a model put in place of the
+    paper's that takes the other input would have none of them run (every row n/a, exit 0); refused first."""
+    import mhaaudit.reproduce.targets as targets
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("a model ran before the refusal")
+
+    monkeypatch.setattr(targets, "audit", no_work)
+    monkeypatch.setattr(targets, "capture_features", no_work)
+    for args, says in (
+        (["table1", "--model", f"vit={bert_dir}"], f"--model vit={bert_dir} is a text model, but table1"),
+        (["figure1", "--model", str(bert_dir)], f"--model vit={bert_dir} is a text model, but figure1"),
+        (["table3", "--model", f"gpt2={vit_dir}"], f"--model gpt2={vit_dir} is an image model, but table3"),
+    ):
+        rc, out, err = run(capsys, "reproduce", *args, "--limit", "40", "--samples", "20")
+        line = assert_one_error(rc, err, says)
+        assert "Use table" in line and out == ""
 
 
 @pytest.mark.parametrize("preset, varied", [("paper-fig2b", "n"), ("paper-fig2c", "head-dim")])

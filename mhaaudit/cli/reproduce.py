@@ -214,11 +214,13 @@ def _options(target: str, params: dict, progress: bool) -> dict:
         preset = p["preset"] if p["preset"] is not None or p["values"] is not None else "cpu"
         return options | dict(preset=preset, values=p["values"], sizes=p["sizes"], max_steps=p["max_steps"])
     keys = tuple(target_spec(target)["models"])
+    others = tuple(k for t in REPRODUCE_TARGETS if t != target for k in target_spec(t)["models"] if k not in keys)
     options |= {name: p[name] for name in ("data", "split", "limit", "batch_size", "samples", "threshold")}
-    options |= dict(model=keyed("--model", p["model"], keys), weights_seed=p["weights_seed"], data_seed=p["data_seed"])
+    model = keyed("--model", p["model"], keys, others)
+    options |= dict(model=model, weights_seed=p["weights_seed"], data_seed=p["data_seed"])
     if target in ("table1", "table3"):
         options |= dict(
-            weights=keyed("--weights", p["weights"], keys),
+            weights=keyed("--weights", p["weights"], keys, others),
             stop_when_decided=not p["all_draws"],
             on_note=lambda m: say(f"Note: {flagged(m)}"),
         )
@@ -237,13 +239,18 @@ def _options(target: str, params: dict, progress: bool) -> dict:
     return options
 
 
-def keyed(name: str, values: list[str] | None, keys: tuple[str, ...]) -> dict:
-    """``KEY=VALUE`` options (``VALUE`` alone when the target has one model) -> {key: value}.
+def keyed(name: str, values: list[str] | None, keys: tuple[str, ...], others: tuple[str, ...] = ()) -> dict:
+    """``KEY=VALUE`` options (``VALUE`` alone when the target has one model) -> {key: value}. ``others``: the
+    model keys of the other targets, which a target of one model refuses (``bert=NAME`` for table1) where the
+    whole value names no existing path.
 
     Raises:
-        InputError: when a value is empty, names no key of ``keys`` (and the target has several models), has no
-            value after ``=``, or a key is given twice; ``name`` (the option) begins the message.
+        InputError: when a value is empty, names no key of ``keys`` (and the target has several models, or the
+            key is one of ``others``), has no value after ``=``, or a key is given twice; ``name`` (the option)
+            begins the message.
     """
+    import os
+
     from ..errors import InputError
 
     out: dict = {}
@@ -254,6 +261,11 @@ def keyed(name: str, values: list[str] | None, keys: tuple[str, ...]) -> dict:
         key, sep, value = raw.partition("=")
         if sep and key.strip().lower() in keys:
             key, value = key.strip().lower(), value.strip()
+        elif len(keys) == 1 and sep and key.strip().lower() in others and not os.path.exists(raw):
+            raise InputError(
+                f"{name} {raw!r}: {key.strip().lower()} is not a model of this target, whose model is {keys[0]} "
+                f"(give {keys[0]}=VALUE or VALUE)"
+            )
         elif len(keys) == 1:
             key, value = keys[0], raw.strip()
         else:

@@ -23,12 +23,13 @@ from typing import TYPE_CHECKING
 from .. import validate
 from ..auditing import audit, capture_features
 from ..defaults import DEFAULT_DEVICE, DEFAULT_SEED
-from ..errors import InputError, Param
+from ..errors import InputError, MhaauditError, Param
 from ..hub import is_offline
 from ..kruskal import draw_decisions, kruskal_sweep
 from ..memorize import MemorizeRequest, run_memorize_grid
 from ..memorize.data import make_dataset, point_generator
 from ..memorize.model import one_head_ceiling
+from ..models.resolution import resolve
 from ..numerics import svd_rank
 from ..progress import task
 from ..settings import Settings
@@ -137,6 +138,31 @@ def _check_keys(name: str | Param, given: Mapping | None, allowed: Sequence[str]
         if key not in allowed:
             raise InputError(name + f" {key}=...: this target's models are {', '.join(allowed)}")
     return given
+
+
+def _check_modality(target: str, spec: dict, names: Mapping[str, str]) -> None:
+    """Refuse, before any model runs, a model put in place of one of the paper's that takes the other kind of
+    input: the target's published values are of the paper model's columns (an image model's embedding,
+    random-attention, random and trained; a text model's at layers 0 and 1), none of which such a model has.
+    A name whose kind cannot be told without loading it (a hub id not cached) is left to the run.
+
+    Raises:
+        InputError: when a model named in ``names`` (by the paper's model key) is known to take other input.
+    """
+    for key, name in names.items():
+        paper = spec["models"][key]["alias"]
+        want = resolve(paper).modality
+        try:
+            got = resolve(name).modality
+        except MhaauditError:  # the run says what is wrong with the name
+            continue
+        if got is not None and got != want:
+            use, a = ("table3", "a") if got == "text" else ("table1 or figure1", "an")
+            raise InputError(
+                Param("model")
+                + f" {key}={name} is {a} {got} model, but {target} holds the values of the paper's {want} model "
+                f"({paper}): its columns would not be run. Use {use} for {a} {got} model"
+            )
 
 
 # --------------------------------------------------------------------------- Table 1 and Table 3
@@ -284,6 +310,7 @@ def _tables(target: str, request: TargetRequest) -> Reproduction:
     names = _check_keys(Param("model"), request.model, keys)
     weights = _check_keys(Param("weights"), request.weights, keys)
     lengths = _check_keys(Param("context_length"), request.context_length, keys)
+    _check_modality(target, spec, names)
     for option, given in (("model", names), ("weights", weights), ("context_length", lengths)):
         for key in given:
             if key not in chosen:  # before any model runs: a setting for a model left out would go unused
@@ -412,7 +439,9 @@ def figure1(
     for name in ("weights", "context_length", "models"):
         if getattr(request, name):
             raise InputError(Param(name) + " does not apply to figure1 (one model, one random column)")
-    name = _check_keys(Param("model"), request.model, [key]).get(key, spec["models"][key]["alias"])
+    names = _check_keys(Param("model"), request.model, [key])
+    _check_modality("figure1", spec, names)
+    name = names.get(key, spec["models"][key]["alias"])
     settings = request.settings
     data, paper_data = _data_for(spec, request.data)
     T = spec["data"]["T"] if request.limit is None else request.limit
