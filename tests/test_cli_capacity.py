@@ -429,6 +429,27 @@ def test_from_a_file_with_a_row_no_check_writes_is_refused(capsys, vit4, tmp_pat
     assert out == "" and not out_file.exists() and tmp_leftovers(tmp_path) == [], line
 
 
+@pytest.mark.parametrize("status, reason", [("weird", None), ("unavailable", ""), ("unavailable", "lost")])
+def test_from_a_column_whose_status_check_never_writes_is_refused(capsys, vit4, tmp_path, status, reason):
+    """A column's status in a results file's metadata other than ok or unavailable was read as unavailable, with an
+    empty reason ("is unavailable: "); now refused. An unavailable column without a reason says the file gives none."""
+    table = pq.read_table(FIXTURES / "results" / "check-v0.parquet")
+    meta = json.loads(table.schema.metadata[b"mhaaudit"])
+    meta["columns"]["random"] |= {"status": status, "reason": reason}
+    edited = tmp_path / "edited.parquet"
+    pq.write_table(table.replace_schema_metadata({**table.schema.metadata, b"mhaaudit": json.dumps(meta)}), edited)
+    args = ("capacity", vit4, *FROM, "--from", edited, "--variants", "random", "--block", "2", "--format", "json")
+    rc, out, err = run(capsys, *args)
+    if status == "weird":
+        assert_one_error(rc, err, f"--from {edited}: its 'mhaaudit' parquet metadata or rows are malformed")
+        assert "column 'random' has status 'weird', not ok or unavailable" in err and out == ""
+    else:
+        assert rc == 0, err
+        said = reason or "the file gives no reason"
+        read = json.loads(out)["meta"]["columns"]["random"]["assumptions"]
+        assert read["assumption_1_reason"] == f"column 'random' of {edited} is unavailable: {said}"
+
+
 def test_from_a_series_of_checkpoints_reads_the_checkpoint_of_the_weights_given(
     capsys, vit4, vit_dir, image_dir, tmp_path
 ):

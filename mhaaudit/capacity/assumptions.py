@@ -454,11 +454,16 @@ def _whole(value: Any, what: str, top: int | None = None) -> int:
     return value
 
 
+#: The statuses ``check`` writes of a column (``audit_result.Column.status``)
+_STATUSES = ("ok", "unavailable")
+
+
 def _column(p: Path, cols: dict, *, init: str, layer: int) -> tuple[str | None, str]:
     """(the column of ``init`` weights at ``layer``, "") or (None, why there is none to read).
 
     Raises:
-        ValueError: when a column of ``init`` weights gives a layer that is no whole number.
+        ValueError: when a column of ``init`` weights gives a layer that is no whole number, or the column at
+            ``layer`` a status that ``check`` does not write.
     """
     for variant, c in cols.items():
         if c.get("weights") != init or c.get("layer") is None:
@@ -467,8 +472,12 @@ def _column(p: Path, cols: dict, *, init: str, layer: int) -> tuple[str | None, 
             continue
         if variant == "random-attention":
             continue
-        if c.get("status", "ok") != "ok":
-            return None, f"column {variant!r} of {p} is unavailable: {c.get('reason', '')}"
+        status = c.get("status", "ok")
+        if status not in _STATUSES:  # read as unavailable, a column with no reason given
+            raise ValueError(f"column {variant!r} has status {clipped(repr(status), 40)}, not ok or unavailable")
+        if status != "ok":
+            why = c.get("reason") if isinstance(c.get("reason"), str) else ""
+            return None, f"column {variant!r} of {p} is unavailable: {why.strip() or 'the file gives no reason'}"
         return variant, ""
     have = ", ".join(f"{v} ({c.get('weights')} weights, layer {c.get('layer')})" for v, c in cols.items()) or "none"
     return None, (
