@@ -106,7 +106,7 @@ def kruskal_request(
         InputError: when a size, n or ``query_index`` is not an integer in range, ``vectors`` is neither
             queries nor a3, or ``features`` is not a path (a tensor in memory, a number).
     """
-    sizes = [k] if isinstance(k, int) else list(k or [])
+    sizes = validate.values_of(k)  # one size or a sequence of them, never a string's characters
     ks = tuple(dict.fromkeys(validate.integer(Param("k"), kk) for kk in sizes))
     n = None if n is None else validate.integer(Param("n"), n)
     if vectors is not None:

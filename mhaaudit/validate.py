@@ -27,6 +27,7 @@ __all__ = [
     "integer",
     "split_list",
     "tolerance",
+    "values_of",
 ]
 
 
@@ -80,6 +81,16 @@ def integer(name: str | Param, value, minimum: int | None = 1, maximum: int | No
     if maximum is not None and v > maximum:
         raise InputError(name + f" must be at most {maximum}, got {v}", value=v, allowed=f"at most {maximum}")
     return v
+
+
+def values_of(value) -> list:
+    """The values a parameter of one value or several was given: ``[]`` for None, ``[value]`` for one value (a
+    number, a string, a 0-d array or tensor), else the list of the sequence's items (each to be checked)."""
+    if value is None:
+        return []
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable) or getattr(value, "ndim", None) == 0:
+        return [value]
+    return list(value)
 
 
 def int_list(name: str | Param, value, minimum: int | None = 1) -> tuple[int, ...]:

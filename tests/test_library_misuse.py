@@ -29,6 +29,7 @@ from mhaaudit import (
     svd_rank,
 )
 from mhaaudit.errors import InputError, MhaauditError
+from mhaaudit.estimation import kruskal_request
 
 RULE = RankRule()
 X = torch.randn(12, 6, generator=torch.Generator().manual_seed(0))
@@ -115,6 +116,37 @@ CASES = [
     ("check_features-sweep-1", lambda: check_features(_fs(), sweep=1), "sweep must be True or False, got 1"),
     ("estimate-sweep-no", lambda: mhaaudit.estimate_kruskal_rank("x.npy", sweep="no"), "sweep must be True or False"),
     ("subset_test-stop-no", lambda: subset_test(X, 2, samples=10, stop_when_decided="no"), "stop_when_decided must"),
+    # a bound's sizes: a row block below 1 computed no coherence at all, and the floor read every size as proven
+    ("babel_floor-row_block-negative", lambda: babel_floor(X, RULE, row_block=-1), "row_block must be at least 1"),
+    ("babel_floor-row_block-0", lambda: babel_floor(X, RULE, row_block=0), "row_block must be at least 1"),
+    ("babel_floor-kmax-negative", lambda: babel_floor(X, RULE, kmax=-1), "kmax must be at least 1"),
+    ("babel_floor-rule-none-text", lambda: babel_floor(X, "x"), "rule 'x': not a RankRule"),
+    ("set_stats-rule-text", lambda: set_stats(X, "x"), "rule 'x': not a RankRule"),
+    ("exact_kruskal_rank-rule-text", lambda: exact_kruskal_rank(X, "x"), "rule 'x': not a RankRule"),
+    ("exact_kruskal_rank-max-0", lambda: exact_kruskal_rank(X, max_subsets=0), "max_subsets must be at least 1"),
+    ("exact_kruskal_rank-max-text", lambda: exact_kruskal_rank(X, max_subsets="a"), "max_subsets must be an integer"),
+    # a draws' seed is a whole number from 0 to 2^63 - 1, as Settings takes it: not taken modulo 2^64, nor cut
+    ("subset_test-seed-fraction", lambda: subset_test(X, 2, samples=10, seed=1.5), "seed must be an integer"),
+    ("subset_test-seed-negative", lambda: subset_test(X, 2, samples=10, seed=-1), "seed must be at least 0"),
+    ("subset_test-seed-huge", lambda: subset_test(X, 2, samples=10, seed=2**64), "seed must be at most"),
+    ("subset_test-seed-bool", lambda: subset_test(X, 2, samples=10, seed=True), "seed must be an integer"),
+    ("kruskal_sweep-seed-negative", lambda: kruskal_sweep(X, samples=10, seed=-5), "seed must be at least 0"),
+    ("draw_decisions-seed-none", lambda: draw_decisions(X, 2, samples=3, seed=None), "seed must be an integer"),
+    # the other keywords of the Monte-Carlo tests
+    ("kruskal_sweep-kmax-0", lambda: kruskal_sweep(X, samples=10, kmax=0), "kmax must be at least 1"),
+    ("kruskal_sweep-kmax-fraction", lambda: kruskal_sweep(X, samples=10, kmax=4.5), "kmax must be an integer"),
+    (
+        "kruskal_sweep-progress-text",
+        lambda: kruskal_sweep(X, samples=10, progress="yes"),
+        "progress must be a callable",
+    ),
+    ("kruskal_sweep-stats-int", lambda: kruskal_sweep(X, samples=10, stats=5), "stats must be the SetStats"),
+    ("subset_test-histogram-text", lambda: subset_test(X, 2, samples=10, histogram_limit="a"), "histogram_limit must"),
+    ("subset_test-histogram-negative", lambda: subset_test(X, 2, samples=10, histogram_limit=-1), "at least 0"),
+    ("subset_test-stats-int", lambda: subset_test(X, 2, samples=10, stats=5), "stats must be the SetStats"),
+    # sizes: one, given as a number or a string of digits, or several; never a string's characters
+    ("estimate-k-fraction", lambda: mhaaudit.estimate_kruskal_rank("x.npy", k=3.5), "k must be an integer, got 3.5"),
+    ("estimate-k-list-text", lambda: mhaaudit.estimate_kruskal_rank("x.npy", k="3,16"), "k must be an integer"),
 ]
 
 
@@ -158,6 +190,14 @@ def test_what_is_well_formed_still_works():
     assert RankRule(atol=1e300).in_units(-100).atol == float("inf")
     # any integer seeds the random head (it is taken modulo 2^64), as before
     assert RandomAttention(8, seed=-3).W_Q.shape == (8, 8)
+    # a rule left out is the paper's for the data's dtype; a size or seed given as NumPy integers or digits is read
+    dependent = torch.cat([X, X[:1] + X[1:2]]).double()  # a dependent triple: no floor of 3 is a proof
+    assert babel_floor(dependent).value == babel_floor(dependent, RankRule.for_dtype("float64")).value < 3
+    assert babel_floor(dependent, kmax=np.int64(4), row_block=3) == babel_floor(dependent, kmax=4)
+    assert set_stats(X).rank == set_stats(X, RankRule.for_dtype(X.dtype)).rank == 6
+    assert subset_test(X, 2, samples=10, seed="7").seed == subset_test(X, 2, samples=10, seed=np.int64(7)).seed == 7
+    assert kruskal_sweep(X, samples=10, kmax="3").fractions == kruskal_sweep(X, samples=10, kmax=3).fractions
+    assert kruskal_request(k="16").ks == (16,) and kruskal_request(k=np.array([3, 12])).ks == (3, 12)
     # a layer given as text is the block it names
     from mhaaudit.probes import plan_probes
 

@@ -60,7 +60,7 @@ from typing import Literal, overload
 import numpy as np
 import torch
 
-from .. import distributed
+from .. import distributed, validate
 from ..errors import InputError, Param
 from ..mapped import MappedArray
 from ..numerics import EPS64, RankRule, checked, decision_margin, numerics, row_norms, svd_rank, with_numerics
@@ -176,7 +176,7 @@ def fixed_rule(
 
 
 @with_numerics(threads=1)
-def set_stats(X, rule: RankRule) -> SetStats:
+def set_stats(X, rule: RankRule | None = None) -> SetStats:
     """Compute the whole set's singular values and row norms, from one streaming pass over its rows.
 
     The pass (``numerics.stream.scan``) takes O(d^2) memory, on the data divided by an exact power of
@@ -186,15 +186,16 @@ def set_stats(X, rule: RankRule) -> SetStats:
 
     Args:
         X (torch.Tensor | numpy.ndarray): the T x d matrix (a tensor, an array or a mapped file of rows).
-        rule: the rank rule.
+        rule: the rank rule (None: the paper's rule for X's dtype).
 
     Returns:
         The whole set's :class:`~.results.SetStats` (rank, certified ceilings, in the rescaled units).
 
     Raises:
-        InputError: when ``X`` is not a finite numeric T x d matrix.
+        InputError: when ``X`` is not a finite numeric T x d matrix, or ``rule`` is not a RankRule.
     """
     given, X = X, as_matrix(X)
+    rule = RankRule.given(rule, X.dtype)
     rows = rows_of(X)
     unit, sc = unit_of(rows, rule)
     rule = unit.rule
@@ -373,7 +374,9 @@ def _tsqr_values(rows, exponent: int, m: int, c: float) -> tuple[tuple[float, ..
 
 
 @with_numerics()
-def babel_floor(X: torch.Tensor, rule: RankRule, kmax: int | None = None, row_block: int | None = None) -> Bound:
+def babel_floor(
+    X: torch.Tensor, rule: RankRule | None = None, kmax: int | None = None, row_block: int | None = None
+) -> Bound:
     """Certify a floor on the Kruskal rank from the Babel function mu1(m) (cumulative coherence).
 
     Any k rows with mu1(k-1) < 1 have a normalised Gram matrix with smallest eigenvalue at least
@@ -387,7 +390,7 @@ def babel_floor(X: torch.Tensor, rule: RankRule, kmax: int | None = None, row_bl
 
     Args:
         X: the T x d matrix whose rows are bounded.
-        rule: the rank rule.
+        rule: the rank rule (None: the paper's rule for X's dtype).
         kmax: the largest size considered (default min(T, d)).
         row_block: rows of coherences computed at a time (None: what fits in 64 MiB, at most 1024).
 
@@ -396,9 +399,13 @@ def babel_floor(X: torch.Tensor, rule: RankRule, kmax: int | None = None, row_bl
         T is too large to compute it).
 
     Raises:
-        InputError: when ``X`` is not a finite numeric T x d matrix, or ``rule``'s tolerance is at least 1 at d columns.
+        InputError: when ``X`` is not a finite numeric T x d matrix, ``rule`` is not a RankRule or its tolerance is
+            at least 1 at d columns, or ``kmax`` or ``row_block`` is given and is not a whole number of at least 1.
     """
     X = as_matrix(X)
+    rule = RankRule.given(rule, X.dtype)
+    kmax = None if kmax is None else validate.integer(Param("kmax"), kmax)
+    row_block = None if row_block is None else validate.integer(Param("row_block"), row_block)
     T, d = X.shape
     if float(T) * T * (d + BABEL_ENTRY_COST) > BABEL_MAX_WORK:
         return Bound(
@@ -466,11 +473,13 @@ def exact_kruskal_rank(X, rule: RankRule | None = None, max_subsets: int = 2_000
         The largest k such that every k-subset of the rows has rank k under ``rule``; 0 when a row is zero.
 
     Raises:
-        InputError: when ``X`` is not a finite numeric T x d matrix, a size k still to check has more
-            than ``max_subsets`` subsets, or the rule could count no vector as independent (``fixed_rule``).
+        InputError: when ``X`` is not a finite numeric T x d matrix, ``rule`` is not a RankRule,
+            ``max_subsets`` is not a whole number of at least 1, a size k still to check has more than
+            ``max_subsets`` subsets, or the rule could count no vector as independent (``fixed_rule``).
     """
     X = as_matrix(X)
-    rule, _ = fixed_rule(X, rule or RankRule.for_dtype(X.dtype), need_stats=False)
+    max_subsets = validate.integer(Param("max_subsets"), max_subsets)
+    rule, _ = fixed_rule(X, RankRule.given(rule, X.dtype), need_stats=False)
     T, d = X.shape
     X64 = X.to(torch.float64)
     best = 0

@@ -39,8 +39,9 @@ from ..numerics.checked import NumericalFailure
 from ..numerics.stream import Unit, unit_of
 from ..runtime import device_name, resolve_device
 from . import witness
+from .arguments import checked_progress, checked_seed
 from .bounds import fixed_rule
-from .results import Bound, SetStats, SubsetTest, Witness, clopper_pearson, rows_phrase
+from .results import Bound, SetStats, SubsetTest, Witness, checked_stats, clopper_pearson, rows_phrase
 from .results import whole_set_note as _whole_set_note
 from .sampling import (
     DRAW_BLOCK,
@@ -178,12 +179,13 @@ def draw_decisions(
 
     Raises:
         InputError: when ``X`` is not a finite numeric T x d matrix, ``k`` is not a whole number from 1 to T,
-            ``samples`` is not a whole number of at least 1, ``device`` is unknown, or ``rule``'s tolerance
-            is at least 1 at d columns.
+            ``samples`` is not a whole number of at least 1, ``seed`` not one from 0 to 2^63 - 1, ``device`` is
+            unknown, or ``rule``'s tolerance is at least 1 at d columns.
         ArithmeticError: (``numerics.checked.NumericalFailure``) when a draw's decision cannot be computed (no
             LAPACK route gives usable singular values): a yes or no cannot say undecided.
     """
     gram, rule = draws_gram(X, rule, device, (Param("k"), k), samples)
+    seed = checked_seed(seed)
 
     def decided():
         for sub, dec in _decided_draws(gram, k, samples, seed, rule):
@@ -504,8 +506,9 @@ def subset_test(
 
     Raises:
         InputError: when ``X`` is not a finite numeric T x d matrix, ``k`` is not a whole number of at least 1,
-            ``samples`` or ``threshold`` is out of range, ``device`` is unknown, ``rule``'s tolerance is at
-            least 1 at d columns, or a keyword disagrees with ``sampling``.
+            ``samples``, ``threshold``, ``seed`` or ``histogram_limit`` is out of range, ``device`` is unknown,
+            ``rule``'s tolerance is at least 1 at d columns, ``stats`` or ``progress`` is of another type, or a
+            keyword disagrees with ``sampling``.
     """
     keywords = dict(
         samples=samples,
@@ -518,6 +521,9 @@ def subset_test(
     X = as_matrix(X)
     k = validate.integer(Param("k"), k)
     run = request_of(Sampling, sampling, "sampling", keywords)
+    progress, stats = checked_progress(progress), checked_stats(stats)
+    if histogram_limit is not None:
+        histogram_limit = validate.integer(Param("histogram_limit"), histogram_limit, minimum=0)
     samples, threshold, seed, dev = run.samples, run.threshold, run.seed, run.device
     rule = run.rule or RankRule.for_dtype(X.dtype)
     base = _base(X.shape, k, run, rule, check, title)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ..documents import OMITTED_WHEN_NONE
-from ..errors import Param
+from ..errors import InputError, Param
 from ..facts import CaptureFacts, JobFacts, SkipCounts, meta_value
 from ..notes import Note
 from ..numerics import RankRule, ldexp
@@ -47,6 +47,7 @@ __all__ = [
     "SubsetTest",
     "Sweep",
     "Witness",
+    "checked_stats",
     "clopper_pearson",
     "data_read",
 ]
@@ -202,6 +203,20 @@ class SetStats:
             values, error = self.gram_brackets.refine()
         # Counting values within rounding error of the tolerance keeps the ceiling safe.
         return int(sum(1 for s in values if s + error > tol_min))
+
+
+def checked_stats(stats) -> SetStats | None:
+    """Whole-set statistics as a caller gave them (``stats=`` of ``subset_test`` and ``kruskal_sweep``): None or a
+    :class:`SetStats` (``set_stats`` makes them).
+
+    Raises:
+        InputError: when they are neither.
+    """
+    if stats is not None and not isinstance(stats, SetStats):
+        raise InputError(
+            Param("stats") + f" must be the SetStats of set_stats(X, rule), or None; got {type(stats).__name__}"
+        )
+    return stats
 
 
 def kruskal_meta(result) -> dict:

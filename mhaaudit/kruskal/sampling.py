@@ -50,6 +50,7 @@ from ..numerics.threads import intra_op_threads
 from ..runtime import KERNELS_ENV, MAX_SAMPLES, derive_seed, kernels_env, resolve_device
 from ..tensor_values import dense_values
 from ..workers import worker_pool
+from .arguments import checked_seed
 
 __all__ = [
     "DEVICE_BATCH_BYTES",
@@ -463,9 +464,9 @@ class Sampling:
     paper's rule for the data's dtype), the ``device`` that decides them, and whether a test stops
     once its verdict cannot change (``stop_when_decided``; a sweep makes every draw).
 
-    Checked on construction (InputError): ``samples`` is a whole number from 1 to 2^53,
-    ``threshold`` a fraction; ``device`` (``auto``/``cpu``/``cuda``/``cuda:N``) is resolved to a
-    ``torch.device``.
+    Checked on construction (InputError): ``samples`` is a whole number from 1 to 2^53, ``threshold`` a
+    fraction, ``seed`` a whole number from 0 to 2^63 - 1; ``device`` (``auto``/``cpu``/``cuda``/``cuda:N``)
+    is resolved to a ``torch.device``.
     """
 
     samples: int = DEFAULT_SAMPLES
@@ -478,6 +479,7 @@ class Sampling:
     def __post_init__(self) -> None:
         object.__setattr__(self, "samples", validate.integer(Param("samples"), self.samples, maximum=MAX_SAMPLES))
         object.__setattr__(self, "threshold", validate.fraction(Param("threshold"), self.threshold))
+        object.__setattr__(self, "seed", checked_seed(self.seed))
         object.__setattr__(self, "device", resolve_device(self.device))
         object.__setattr__(self, "stop_when_decided", validate.flag(Param("stop_when_decided"), self.stop_when_decided))
         if self.rule is not None and not isinstance(self.rule, RankRule):

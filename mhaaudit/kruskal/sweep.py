@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from .. import phases
+from .. import phases, validate
 from ..defaults import DEFAULT_SAMPLES, DEFAULT_SEED
 from ..distributed import shared
 from ..errors import Param
@@ -37,9 +37,10 @@ from ..numerics.checked import NumericalFailure
 from ..numerics.stream import unit_of
 from ..runtime import device_name
 from . import witness as witnesses
+from .arguments import checked_progress, checked_seed
 from .bounds import babel_floor, fixed_rule
 from .fixed import draws_gram, joined, shrink_witness
-from .results import Bound, SetStats, Sweep, Witness, clopper_pearson
+from .results import Bound, SetStats, Sweep, Witness, checked_stats, clopper_pearson
 from .sampling import Draws, Gram, Progress, Sampling, as_matrix, decided_in_order, rows_of
 
 __all__ = ["draw_critical_sizes", "kruskal_sweep"]
@@ -196,6 +197,7 @@ def draw_critical_sizes(
             route gives usable singular values for a decision it needs).
     """
     gram, rule = draws_gram(X, rule, device, (Param("K"), K), samples)
+    seed = checked_seed(seed)
 
     def decided():
         for idx, kstar, _ in _critical_sizes_of_draws(gram, K, samples, seed, rule, None):
@@ -310,13 +312,15 @@ def kruskal_sweep(
         certified floor and ceiling with their evidence.
 
     Raises:
-        InputError: when ``X`` is not a finite numeric T x d matrix, ``samples`` or ``threshold`` is out of range,
-            ``device`` is unknown, ``rule``'s tolerance is at least 1 at d columns, or a keyword disagrees with
-            ``sampling``.
+        InputError: when ``X`` is not a finite numeric T x d matrix, ``samples``, ``threshold``, ``seed`` or
+            ``kmax`` is out of range, ``device`` is unknown, ``rule``'s tolerance is at least 1 at d columns,
+            ``stats`` or ``progress`` is of another type, or a keyword disagrees with ``sampling``.
     """
     keywords = dict(samples=samples, threshold=threshold, seed=seed, rule=rule, device=device)
     X = as_matrix(X)
     run = request_of(Sampling, sampling, "sampling", keywords)
+    progress, stats = checked_progress(progress), checked_stats(stats)
+    kmax = None if kmax is None else validate.integer(Param("kmax"), kmax)
     samples, threshold, seed, dev = run.samples, run.threshold, run.seed, run.device
     rule = run.rule or RankRule.for_dtype(X.dtype)
     T, d = X.shape
