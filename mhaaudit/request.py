@@ -140,7 +140,8 @@ class ModelRequest:
 class DataRequest:
     """Where the examples come from and how many are read per forward pass.
 
-    Checked on construction (InputError): ``limit`` is a whole number from 1 to what the memory
+    Checked on construction (InputError): ``data`` is None, a string or a path (read as its string);
+    ``split`` a non-empty string; ``limit`` a whole number from 1 to what the memory
     here can hold (every example kept costs at least 64 bytes); ``batch_size`` a positive whole
     number or ``"auto"`` (see :mod:`mhaaudit.batching`); a column name is a non-empty string.
     """
@@ -155,7 +156,15 @@ class DataRequest:
     convert_rgb: bool = False  # convert images of other modes to RGB (torchvision's rule) instead of skipping them
 
     def __post_init__(self) -> None:
-
+        if isinstance(self.data, os.PathLike):  # a pathlib.Path is the path it names
+            object.__setattr__(self, "data", os.fspath(self.data))
+        if self.data is not None and not isinstance(self.data, str):
+            raise InputError(
+                Param("data") + f" must be a path, a data set's name or None (the built-in data), "
+                f"not {type(self.data).__name__}"
+            )
+        if not isinstance(self.split, str) or not self.split.strip():
+            raise InputError(Param("split") + f" must name a split, got {self.split!r}")
         for name in ("text_column", "image_column"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value.strip()):

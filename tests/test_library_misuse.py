@@ -6,6 +6,7 @@ torch RuntimeError, an AttributeError or a TypeError from deep inside."""
 from __future__ import annotations
 
 import dataclasses
+import pathlib
 
 import pytest
 import torch
@@ -147,6 +148,10 @@ CASES = [
     # sizes: one, given as a number or a string of digits, or several; never a string's characters
     ("estimate-k-fraction", lambda: mhaaudit.estimate_kruskal_rank("x.npy", k=3.5), "k must be an integer, got 3.5"),
     ("estimate-k-list-text", lambda: mhaaudit.estimate_kruskal_rank("x.npy", k="3,16"), "k must be an integer"),
+    # where the examples come from: a path, a name or None (an AttributeError of a number's .strip())
+    ("audit-data-number", lambda: mhaaudit.audit("m", data=5), "data must be a path, a data set's name or None"),
+    ("DataRequest-split-empty", lambda: mhaaudit.DataRequest(split=" "), "split must name a split"),
+    ("DataRequest-split-number", lambda: mhaaudit.DataRequest(split=3), "split must name a split, got 3"),
 ]
 
 
@@ -197,6 +202,7 @@ def test_what_is_well_formed_still_works():
     assert set_stats(X).rank == set_stats(X, RankRule.for_dtype(X.dtype)).rank == 6
     assert subset_test(X, 2, samples=10, seed="7").seed == subset_test(X, 2, samples=10, seed=np.int64(7)).seed == 7
     assert kruskal_sweep(X, samples=10, kmax="3").fractions == kruskal_sweep(X, samples=10, kmax=3).fractions
+    assert mhaaudit.DataRequest(data=pathlib.Path("some/folder")).data == str(pathlib.Path("some/folder"))
     assert kruskal_request(k="16").ks == (16,) and kruskal_request(k=np.array([3, 12])).ks == (3, 12)
     # a layer given as text is the block it names
     from mhaaudit.probes import plan_probes
