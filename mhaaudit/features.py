@@ -99,9 +99,10 @@ class FeatureSet:
         The files are staged as temporaries in ``folder`` and renamed into place (inside a run's
         :func:`~mhaaudit.io.staged_outputs`, with the run's other outputs). A symbolic link at
         ``folder`` is refused rather than followed; one at a file's place is replaced by the rename.
-        Returns ``folder`` as a ``Path``.
+        Returns ``folder`` as a ``Path``. Only what :meth:`load` reads back is written (:meth:`checked`).
 
         Raises:
+            InputError: when the fields disagree (:meth:`checked`): nothing is written.
             OutputError: when ``folder`` is a symbolic link or a file, its parent folder does not exist, or the
                 folder or either file cannot be made or written.
             OSError: a failure of safetensors while writing (re-raised as an OSError when it is not one), which
@@ -109,6 +110,7 @@ class FeatureSet:
         """
         from safetensors.torch import save_file
 
+        self.checked()
         dest = Path(folder)
         if dest.is_symlink():
             raise OutputError(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 
@@ -184,6 +185,10 @@ def test_feature_set_save_errors(tmp_path):
         fs.save(tmp_path / "file")
     with pytest.raises(OutputError, match="does not exist"):
         fs.save(tmp_path / "missing" / "feat")
+    # a feature set whose fields disagree is not written: load would refuse it
+    for change, says in ((dict(n=-1), "n = -1"), (dict(d=99), "d = 99"), (dict(query_index=7), "query_index")):
+        with pytest.raises(InputError, match=says):
+            dataclasses.replace(fs, **change).save(tmp_path / "bad")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
 
 
