@@ -15,7 +15,7 @@ from .console import shown
 from .errors import Param
 from .render_kruskal import WHOLE_SET_LEGEND, WHOLE_SET_MARK
 
-__all__ = ["seeds_report"]
+__all__ = ["seeds_report", "seeds_tables"]
 
 
 def _num(v) -> str:
@@ -197,19 +197,28 @@ def _verdicts(found: list[tuple[int, dict]]) -> str:
     return escape(", ".join(f"{v if v is not None else '-'} (seed {seed})" for seed, v in said))
 
 
-def seeds_report(result) -> list:
-    """The tables and lines of a several-seed run."""
-    items: list = [escape(f"{result.command}: {result.plan.describe()}.")]
-    items += [f"note: {shown(n)}" for n in result.notes[1:]]
-    if result.command == "reproduce":
-        items += [_reproduce_table(result), "k: the paper's / ours where they differ."]
-    elif any(s.cell.check != "sweep_estimate" for s in result.summaries):
+def seeds_tables(result) -> list:
+    """The tables of a several-seed run of check or capacity: each cell over the seeds (with the legend of a
+    test of the whole set where one was), then the sweep estimates' (when swept). The reference columns of a
+    series of checkpoints over the seeds are printed so too."""
+    items: list = []
+    if any(s.cell.check != "sweep_estimate" for s in result.summaries):
         items.append(_cell_table(result))
         if result.command != "capacity" and any(_whole_set_seeds(result, s) for s in result.summaries):
             items.append(WHOLE_SET_LEGEND)
     est = _estimate_table(result)
-    if est is not None:
-        items.append(est)
+    return items if est is None else [*items, est]
+
+
+def seeds_report(result) -> list:
+    """The tables and lines of a several-seed run."""
+    items: list = [escape(f"{result.command}: {result.plan.describe()}.")]
+    items += [f"note: {shown(n)}" for n in result.notes[1:]]
+    est = _estimate_table(result)  # None: nothing was swept
+    if result.command == "reproduce":
+        items += [_reproduce_table(result), "k: the paper's / ours where they differ.", *([est] if est else [])]
+    else:
+        items += seeds_tables(result)
     if result.differences:
         items.append("[bold]Differences[/bold] (seed by seed; called a difference only when the range excludes zero)")
         items += [f"  {shown(d.conclusion)}" for d in result.differences]

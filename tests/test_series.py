@@ -25,6 +25,7 @@ from conftest import TINY_VIT, pipe_writer, strict_json, tiny, tmp_leftovers
 from hubtools import byte_tokenizer, hub_cache, use_hub_cache
 
 from mhaaudit import pipeline
+from mhaaudit.check_words import CHECK_TITLES, fraction_text
 from mhaaudit.errors import InputError, OutputError
 from mhaaudit.request import ModelRequest
 from mhaaudit.series import SeriesResult, audit_series, step_of
@@ -678,6 +679,37 @@ def test_several_seeds_give_each_checkpoint_its_range(vit_series, image_dir, cap
     point = next(p for p in back.trend() if p.checkpoint == "runs/ckpt-300" and p.check == "general_position")
     assert point.seeds == 2 and point.low is not None and point.low <= point.value <= point.high
     assert (tmp_path / "trend.png").is_file()
+
+
+def test_with_several_seeds_the_reference_table_gives_the_range_over_the_seeds(
+    vit_series, image_dir, capsys, monkeypatch
+):
+    """The reference columns of a series over seeds were printed as seed 0's single run (its fraction and interval),
+    while the records and the trend figure gave their median over the seeds: the table now gives each cell's
+    median and range over the seeds, as ``check --seeds`` does, the same as the reference's summary records."""
+    monkeypatch.chdir(vit_series)
+    args = ("check", "model", "--data", image_dir, *VIT_RUN, "--variants", "random,trained")
+    args += ("--checkpoints", "runs/ckpt-300", "--seeds", "0-1", "--vary", "weights")
+    rc, out, err = run(capsys, *args, "--format", "json")
+    assert rc == 0, err
+    records = strict_json(out)["records"]
+    ref = [r for r in records if r["checkpoint"] is None and r.get("aggregate") == "summary"]
+    per_seed = [r for r in records if r["checkpoint"] is None and r.get("aggregate") == "seed"]
+    assert {r["seed"] for r in per_seed} == {0, 1} and {r["variant"] for r in ref} == {"random"}
+    monkeypatch.setenv("COLUMNS", "300")  # one line a row: each cell reads whole
+    rc, text, err = run(capsys, *args)
+    assert rc == 0, err
+    reference = text.split("Reference", 1)[1].split("at each checkpoint", 1)[0]
+    assert "Over 2 seeds: median [lowest, highest] of the fraction" in reference
+
+    def number(v):
+        return str(int(v)) if float(v).is_integer() else fraction_text(v)
+
+    rows = [" ".join(line.replace("│", " ").split()) for line in reference.splitlines()]
+    for r in ref:  # each reference cell's median, and its range where the seeds differ, as the records give them
+        spread = "(every seed)" if r["low"] == r["high"] else f"[{number(r['low'])}, {number(r['high'])}]"
+        what = f"{r['variant']} {r['layer']} {CHECK_TITLES[r['check']]} {r['k']} {number(r['median'])} {spread}"
+        assert any(row.startswith(what) for row in rows), (what, rows)
 
 
 def test_an_interrupted_series_resumes_from_the_checkpoints_done(vit_series, image_dir, capsys, monkeypatch, tmp_path):

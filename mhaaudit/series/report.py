@@ -13,6 +13,7 @@ from ..checks import REGISTRY
 from ..console import shown
 from ..render import audit_table, meaning_lines
 from ..render_kruskal import verdict_text
+from ..render_seeds import seeds_tables
 from ..sizes import human_bytes
 
 __all__ = ["series_report", "trend_tables"]
@@ -168,7 +169,11 @@ def series_report(result) -> list:
     identical checkpoints, what was read."""
     items: list = []
     reference = result.runs[0].reference if result.runs else None
-    if reference is not None:
+    over_seeds = result.reference_over_seeds()
+    if over_seeds is not None:  # as the trained columns' tables and the records give it: over the seeds
+        items.append("[bold]Reference[/bold] (random weights, audited once for the series, in each seed)")
+        items += seeds_tables(over_seeds)
+    elif reference is not None:
         items.append("[bold]Reference[/bold] (random weights, audited once for the series)")
         items.append(audit_table(reference))
     items += trend_tables(result)

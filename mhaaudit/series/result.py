@@ -391,6 +391,11 @@ class SeriesResult(StoredSweepResult):
         assert self.plan is not None, "a several-seed series"
         return spread(CHECK_LAYOUT, self.plan, audits)
 
+    def reference_over_seeds(self) -> SeedsResult | None:
+        """With ``seeds``, the reference columns over the seeds, as ``check --seeds`` gives them; else None."""
+        refs = [r.reference for r in self.runs if r.reference is not None]
+        return self._seeds_of(refs) if self.plan is not None and refs and len(refs) == len(self.runs) else None
+
     def records(self) -> list[dict]:
         """Every record: the reference's first (checkpoint null), then each checkpoint's in order.
 
@@ -410,9 +415,9 @@ class SeriesResult(StoredSweepResult):
                 if audit is not None:
                     out += _tagged(audit.records() + _estimates(audit), c.checkpoint, c.identical_to)
             return out
-        refs = [r.reference for r in self.runs if r.reference is not None]
-        if len(refs) == len(self.runs):
-            out += _tagged(self._seeds_of(refs).records(), None)
+        over_seeds = self.reference_over_seeds()
+        if over_seeds is not None:
+            out += _tagged(over_seeds.records(), None)
         for ref in self.done():
             audits = [r.audit_of(ref.name) for r in self.runs]
             first = self.runs[0].checkpoints[[c.checkpoint.name for c in self.runs[0].checkpoints].index(ref.name)]
@@ -538,12 +543,8 @@ def _checked(result: SeriesResult, where: str) -> SeriesResult:
 
 def _points(ref: CheckpointRef | None, audits: list[AuditResult], identical: str | None) -> list[TrendPoint]:
     """The cells of one checkpoint (or the reference), from its audit in each run."""
-    where: dict[str, Any] = dict(
-        checkpoint=None if ref is None else ref.name,
-        order=None if ref is None else ref.order,
-        step=None if ref is None else ref.step,
-        identical_to=identical,
-    )
+    named = (None, None, None) if ref is None else (ref.name, ref.order, ref.step)
+    where: dict[str, Any] = dict(zip(("checkpoint", "order", "step"), named, strict=True), identical_to=identical)
     seeds = len(audits) > 1
     out = []
     for i, col in enumerate(audits[0].columns):
