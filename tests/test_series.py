@@ -1394,7 +1394,10 @@ def test_bad_series_are_refused_with_one_line(vit_series, vit_dir_wide, tmp_path
             rc, err = _bad(capsys, tmp_path, spec)
             assert_one_error(rc, err, says)
     rc, err = _bad(capsys, tmp_path, "runs/ckpt-100", "--weights", "runs/ckpt-200")
-    assert_one_error(rc, err, "--weights")
+    line = assert_one_error(rc, err, "--weights has no effect with a series: each checkpoint gives the trained weights")
+    assert "features" not in line  # the reason of --save-features' refusal is not this one's
+    rc, err = _bad(capsys, tmp_path, "runs/ckpt-100", "--save-features", str(tmp_path / "f"))
+    assert_one_error(rc, err, "--save-features has no effect with a series: a series keeps no features")
     if os.geteuid() != 0:  # root reads whatever the permissions say
         locked = tmp_path / "locked"
         shutil.copytree(runs / "ckpt-100", locked)

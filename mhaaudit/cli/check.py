@@ -175,11 +175,8 @@ def check(
     refuse_data_options(ctx, data)
     refuse_seed(ctx, seeds)
     if series:
-        refuse_unused(
-            ctx,
-            ("save_features", "weights"),
-            "with a series: each checkpoint gives the trained weights, and a series keeps no features",
-        )
+        refuse_unused(ctx, ("weights",), "with a series: each checkpoint gives the trained weights")
+        refuse_unused(ctx, ("save_features",), "with a series: a series keeps no features")
     elif seeds is not None:
         refuse_unused(
             ctx,
