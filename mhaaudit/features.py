@@ -80,13 +80,18 @@ class FeatureSet:
         Raises:
             InputError: naming the first field that disagrees.
         """
+        self._fields()
+        return self
+
+    def _fields(self) -> tuple[int, int, int]:
+        """(n, d, query_index) as :meth:`save` writes them (plain ints; a query index counted from the end taken
+        from the start), once :meth:`checked`'s checks pass."""
         meta = {k: _index(v) for k, v in (("n", self.n), ("d", self.d), ("query_index", self.query_index))}
         n, qi = meta["n"], meta["query_index"]
         if isinstance(n, int) and isinstance(qi, int) and -n <= qi < 0:
             meta["query_index"] = qi % n  # counted from the end, as reduce_tokens takes it
         tensors = {"queries": self.queries, "a3": self.a3, **(self.context if isinstance(self.context, dict) else {})}
-        _check_saved("the FeatureSet is", meta, tensors, files=("it", "it"))
-        return self
+        return _check_saved("the FeatureSet is", meta, tensors, files=("it", "it"))
 
     def assumption_2(self, rule: RankRule) -> ContextRankResult:
         """Assumption 2 (full-rank n x d context matrices) from the per-example statistics, which were decided under
@@ -110,7 +115,7 @@ class FeatureSet:
         """
         from safetensors.torch import save_file
 
-        self.checked()
+        n, d, query_index = self._fields()  # as load reads them back: plain ints, the query counted from the start
         dest = Path(folder)
         if dest.is_symlink():
             raise OutputError(
@@ -126,10 +131,10 @@ class FeatureSet:
         tensors.update({k: v.contiguous().cpu() for k, v in self.context.items()})
         meta = {
             **self.meta,
-            "n": self.n,
-            "d": self.d,
+            "n": n,
+            "d": d,
             "T": self.T,
-            "query_index": self.query_index,
+            "query_index": query_index,
             "dtype": str(self.dtype).replace("torch.", ""),
             "stamp": stamp(),
         }

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import operator
 from collections.abc import Iterable, Sequence
 from typing import SupportsInt, cast, overload
 
@@ -64,6 +65,11 @@ def _as_int(name: str | Param, value, what: str = "an integer") -> int:
             raise InputError(name + f" must be {what}, got {value!r}", value=value, allowed=what) from None
     if isinstance(value, numbers.Integral):
         return int(value)
+    if hasattr(value, "__index__") and "bool" not in str(getattr(value, "dtype", "")):  # a 0-d integer tensor
+        try:
+            return operator.index(value)
+        except TypeError:  # a tensor of floats, or of more than one value
+            pass
     if isinstance(value, numbers.Real) and float(value).is_integer():
         return int(cast(SupportsInt, value))  # numbers.Real's stub declares no __int__; every concrete Real has one
     raise InputError(name + f" must be {what}, got {value!r}", value=value, allowed=what)

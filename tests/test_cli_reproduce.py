@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 import shutil
 import sys
 
@@ -272,6 +273,44 @@ def test_a_model_of_the_other_modality_is_refused_before_any_work(capsys, monkey
         rc, out, err = run(capsys, "reproduce", *args, "--limit", "40", "--samples", "20")
         line = assert_one_error(rc, err, says)
         assert "Use table" in line and out == ""
+
+
+def test_the_modality_check_refuses_only_what_it_knows(monkeypatch, vit_dir, bert_dir, tmp_path):
+    """A model given as a pathlib.Path is its path; a folder of a family the audit does not probe, or a hub id, is
+    left to the run (which says what it finds), not called a text model; a value that is no name is one InputError."""
+    from pathlib import Path
+
+    import mhaaudit.reproduce.targets as targets
+    from mhaaudit.errors import InputError
+    from mhaaudit.reproduce import table1, table3
+
+    ran = []
+
+    def audit(name, **kw):
+        ran.append(name)
+        raise InputError("stop here")
+
+    monkeypatch.setattr(targets, "audit", audit)
+    swin = tmp_path / "swin"
+    swin.mkdir()
+    (swin / "config.json").write_text(json.dumps({"model_type": "swin", "image_size": 224}))
+    for call, name in (
+        (lambda: table1(model={"vit": Path(vit_dir)}, limit=40, samples=10), str(vit_dir)),
+        (lambda: table1(model={"vit": str(swin)}, limit=40, samples=10), str(swin)),
+        (lambda: table1(model={"vit": "someone/some-model"}, limit=40, samples=10), "someone/some-model"),
+        (lambda: table3(model={"bert": Path(bert_dir)}, models=["bert"], limit=40, samples=10), str(bert_dir)),
+    ):
+        with pytest.raises(InputError, match="stop here"):
+            call()
+        assert ran[-1] == name
+    with pytest.raises(InputError, match="is a text model, but table1"):
+        table1(model={"vit": Path(bert_dir)}, limit=40, samples=10)
+    for bad, says in (
+        (dict(model={"vit": 5}), "model vit=5: must be a name or a path, not int"),
+        (dict(data=5), "data must be a name or a path, not int"),
+    ):
+        with pytest.raises(InputError, match=re.escape(says)):
+            table1(**bad, limit=40, samples=10)
 
 
 @pytest.mark.parametrize("preset, varied", [("paper-fig2b", "n"), ("paper-fig2c", "head-dim")])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -185,6 +186,11 @@ def test_feature_set_save_errors(tmp_path):
         fs.save(tmp_path / "file")
     with pytest.raises(OutputError, match="does not exist"):
         fs.save(tmp_path / "missing" / "feat")
+    # NumPy integers and a query counted from the end are written as load reads them back: plain ints, from the start
+    odd = dataclasses.replace(fs, n=np.int64(fs.n), d=np.int32(fs.d), query_index=-fs.n)
+    back = FeatureSet.load(odd.save(tmp_path / "odd"))
+    assert (back.n, back.d, back.query_index) == (fs.n, fs.d, 0) and torch.equal(back.queries, fs.queries)
+    shutil.rmtree(tmp_path / "odd")
     # a feature set whose fields disagree is not written: load would refuse it
     for change, says in ((dict(n=-1), "n = -1"), (dict(d=99), "d = 99"), (dict(query_index=7), "query_index")):
         with pytest.raises(InputError, match=says):

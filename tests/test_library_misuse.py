@@ -133,6 +133,7 @@ CASES = [
     ("subset_test-seed-bool", lambda: subset_test(X, 2, samples=10, seed=True), "seed must be an integer"),
     ("kruskal_sweep-seed-negative", lambda: kruskal_sweep(X, samples=10, seed=-5), "seed must be at least 0"),
     ("draw_decisions-seed-none", lambda: draw_decisions(X, 2, samples=3, seed=None), "seed must be an integer"),
+    ("draw_decisions-rule-text", lambda: draw_decisions(X, 2, samples=3, rule="x"), "rule 'x': not a RankRule"),
     # the other keywords of the Monte-Carlo tests
     ("kruskal_sweep-kmax-0", lambda: kruskal_sweep(X, samples=10, kmax=0), "kmax must be at least 1"),
     ("kruskal_sweep-kmax-fraction", lambda: kruskal_sweep(X, samples=10, kmax=4.5), "kmax must be an integer"),
@@ -203,6 +204,8 @@ def test_what_is_well_formed_still_works():
     assert subset_test(X, 2, samples=10, seed="7").seed == subset_test(X, 2, samples=10, seed=np.int64(7)).seed == 7
     assert kruskal_sweep(X, samples=10, kmax="3").fractions == kruskal_sweep(X, samples=10, kmax=3).fractions
     assert mhaaudit.DataRequest(data=pathlib.Path("some/folder")).data == str(pathlib.Path("some/folder"))
+    assert draw_decisions(X, "2", samples="3")[0].shape == draw_decisions(X, 2.0, samples=3)[0].shape == (3, 2)
+    assert kruskal_request(k=torch.tensor(12)).ks == (12,) and kruskal_request(k=torch.tensor([2, 3])).ks == (2, 3)
     assert kruskal_request(k="16").ks == (16,) and kruskal_request(k=np.array([3, 12])).ks == (3, 12)
     # a layer given as text is the block it names
     from mhaaudit.probes import plan_probes

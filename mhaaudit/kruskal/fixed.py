@@ -184,8 +184,8 @@ def draw_decisions(
         ArithmeticError: (``numerics.checked.NumericalFailure``) when a draw's decision cannot be computed (no
             LAPACK route gives usable singular values): a yes or no cannot say undecided.
     """
-    gram, rule = draws_gram(X, rule, device, (Param("k"), k), samples)
     seed = checked_seed(seed)
+    gram, rule, k, samples = draws_gram(X, rule, device, (Param("k"), k), samples)
 
     def decided():
         for sub, dec in _decided_draws(gram, k, samples, seed, rule):
@@ -198,23 +198,23 @@ def draw_decisions(
 
 def draws_gram(
     X, rule: RankRule | None, device: torch.device | str, size: tuple[str | Param, int], samples: int
-) -> tuple[Gram, RankRule]:
+) -> tuple[Gram, RankRule, int, int]:
     """The Gram of the rows of ``X`` on ``device`` that the draws of :func:`draw_decisions` and
-    :func:`~.sweep.draw_critical_sizes` are decided from (rescaled), and the rule they are decided
-    under (``rule`` fixed for ``X``), once the draws asked for are checked: ``size`` (the parameter's
-    name and its value) rows of the T, ``samples`` times.
+    :func:`~.sweep.draw_critical_sizes` are decided from (rescaled), the rule they are decided
+    under (``rule`` fixed for ``X``), and the draws asked for, checked: ``size`` (the parameter's
+    name and its value) rows of the T, ``samples`` times, each as an int.
 
     Raises:
         InputError: when ``X`` is not a finite numeric T x d matrix, the size is not a whole number
             from 1 to T, ``samples`` is not a whole number of at least 1, ``device`` is unknown, or
-            ``rule``'s tolerance is at least 1 at d columns.
+            ``rule`` is no RankRule or its tolerance is at least 1 at d columns.
     """
     X = as_matrix(X)
-    validate.integer(size[0], size[1], maximum=X.shape[0])
-    validate.integer(Param("samples"), samples)
-    rule, _ = fixed_rule(X, rule or RankRule.for_dtype(X.dtype), need_stats=False)
+    k = validate.integer(size[0], size[1], maximum=X.shape[0])
+    samples = validate.integer(Param("samples"), samples)
+    rule, _ = fixed_rule(X, RankRule.given(rule, X.dtype), need_stats=False)
     unit, _ = unit_of(rows_of(X), rule)
-    return Gram(unit, resolve_device(device)), unit.rule
+    return Gram(unit, resolve_device(device)), unit.rule, k, samples
 
 
 def joined(pairs) -> tuple[torch.Tensor, torch.Tensor]:

@@ -196,8 +196,8 @@ def draw_critical_sizes(
         ArithmeticError: (``numerics.checked.NumericalFailure``) when a draw's k* cannot be computed (no LAPACK
             route gives usable singular values for a decision it needs).
     """
-    gram, rule = draws_gram(X, rule, device, (Param("K"), K), samples)
     seed = checked_seed(seed)
+    gram, rule, K, samples = draws_gram(X, rule, device, (Param("K"), K), samples)
 
     def decided():
         for idx, kstar, _ in _critical_sizes_of_draws(gram, K, samples, seed, rule, None):

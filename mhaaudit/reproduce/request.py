@@ -5,6 +5,7 @@ object, :class:`TargetRequest`, and :func:`target_request`, the one place the ta
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -12,7 +13,7 @@ from typing import Any
 
 from .. import validate
 from ..defaults import DEFAULT_BATCH_SIZE, DEFAULT_SPLIT
-from ..errors import Message, MhaauditError, Param
+from ..errors import InputError, Message, MhaauditError, Param
 from ..keywords import given, request_of
 from ..request import SETTINGS_KEYWORDS, build_settings
 from ..settings import Settings
@@ -28,8 +29,9 @@ class TargetRequest:
     models, trained weights and context lengths put in place of the paper's (by model key), the
     batch size, the settings, and where notes go as they come.
 
-    Checked on construction: ``limit`` a whole number of at least 1, ``models`` a list of names
-    (the keys themselves are checked against the target's, which knows them).
+    Checked on construction: ``data`` and each model and weights a name or a path (a ``pathlib.Path`` is
+    read as its path), ``limit`` a whole number of at least 1, ``models`` a list of names (the keys
+    themselves are checked against the target's, which knows them).
     """
 
     data: str | None = None
@@ -44,10 +46,28 @@ class TargetRequest:
     on_note: Callable[[str], None] | None = None
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "data", _named(Param("data"), self.data))
+        for option in ("model", "weights"):  # by model key: a name or a path each (a pathlib.Path is its path)
+            by_key = getattr(self, option)
+            if by_key is not None:
+                named = {k: _named(Param(option) + f" {k}={v!r}:", v) for k, v in by_key.items()}
+                object.__setattr__(self, option, named)
         if self.limit is not None:
             object.__setattr__(self, "limit", validate.integer(Param("limit"), self.limit))
         if self.models is not None:
             object.__setattr__(self, "models", tuple(self.models) or None)
+
+
+def _named(what, value):
+    """A data set, model or weights as given: None, a string, or a path (read as its string).
+
+    Raises:
+        InputError: when ``value`` is anything else, ``what`` (the parameter) beginning the message.
+    """
+    value = os.fspath(value) if isinstance(value, os.PathLike) else value
+    if value is not None and not isinstance(value, str):
+        raise InputError(what + f" must be a name or a path, not {type(value).__name__}")
+    return value
 
 
 def target_request(request: TargetRequest | None, keywords: Mapping[str, Any]) -> TargetRequest:

@@ -29,6 +29,7 @@ from ..kruskal import draw_decisions, kruskal_sweep
 from ..memorize import MemorizeRequest, run_memorize_grid
 from ..memorize.data import make_dataset, point_generator
 from ..memorize.model import one_head_ceiling
+from ..models.families import family_of
 from ..models.resolution import resolve
 from ..numerics import svd_rank
 from ..progress import task
@@ -144,7 +145,9 @@ def _check_modality(target: str, spec: dict, names: Mapping[str, str]) -> None:
     """Refuse, before any model runs, a model put in place of one of the paper's that takes the other kind of
     input: the target's published values are of the paper model's columns (an image model's embedding,
     random-attention, random and trained; a text model's at layers 0 and 1), none of which such a model has.
-    A name whose kind cannot be told without loading it (a hub id not cached) is left to the run.
+    Only a model whose input is known without loading it is refused here: an alias, a timm model or a local
+    folder of a supported family (``models.families``). A hub id, or a family the audit does not probe, is left
+    to the run, which says what it finds.
 
     Raises:
         InputError: when a model named in ``names`` (by the paper's model key) is known to take other input.
@@ -153,9 +156,11 @@ def _check_modality(target: str, spec: dict, names: Mapping[str, str]) -> None:
         paper = spec["models"][key]["alias"]
         want = resolve(paper).modality
         try:
-            got = resolve(name).modality
+            found = resolve(name)
         except MhaauditError:  # the run says what is wrong with the name
             continue
+        known = found.alias is not None or found.backend == "timm" or family_of(found.family) is not None
+        got = found.modality if known else None
         if got is not None and got != want:
             use, a = ("table3", "a") if got == "text" else ("table1 or figure1", "an")
             raise InputError(
