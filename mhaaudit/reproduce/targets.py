@@ -315,13 +315,13 @@ def _tables(target: str, request: TargetRequest) -> Reproduction:
     names = _check_keys(Param("model"), request.model, keys)
     weights = _check_keys(Param("weights"), request.weights, keys)
     lengths = _check_keys(Param("context_length"), request.context_length, keys)
-    _check_modality(target, spec, names)
     for option, given in (("model", names), ("weights", weights), ("context_length", lengths)):
         for key in given:
             if key not in chosen:  # before any model runs: a setting for a model left out would go unused
                 raise InputError(
                     Param(option) + f" {key}=... has no effect: only {', '.join(chosen)} runs (" + Param("models") + ")"
                 )
+    _check_modality(target, spec, names)
     settings = request.settings
     data, paper_data = _data_for(spec, request.data)
     T = spec["data"]["T"] if request.limit is None else request.limit
