@@ -186,10 +186,12 @@ def kruskal_report(result: KruskalResult) -> list:
     if sw is not None:
         out += sweep_report(sw, marks=tuple(m for m in (inp.n, inp.d) if m))
     at_k = "".join(f"; at k = {k}: {c}" for k, c in result.set_rank_ceilings.items())
+    if not at_k:  # no size needed it (k > d or k > T is answered by the dimensions)
+        at_k = ": the sweep certifies its ceiling with it" if sw is not None else ": no size tested needed it"
     out.append(
         f"Whole set as one matrix: numerical rank {result.set_rank} under its own tolerance; whole-set rank at "
         "the smallest tolerance a k-subset can have (no k-subset's rank exceeds it)"
-        f"{at_k or ': the sweep certifies its ceiling with it'}. "
+        f"{at_k}. "
         f"Rank rule: {result.rule.describe()}. "
         f"Threshold {result.threshold}, {result.samples} draws, seed {result.seed}, device {result.device}"
         + ("." if result.phases else f", {result.total_s} s.")

@@ -350,6 +350,14 @@ def test_layer_is_a_deprecated_alias_of_block(capsys, vit4, image_dir):
     assert out == ""
 
 
+def test_a_column_named_in_another_case_is_recorded_by_its_name(capsys, vit4, image_dir):
+    """--variants Trained ran the trained column but labelled its records, its metadata and its row "Trained":
+    a filter on variant == "trained" found nothing. The names are now the columns' own."""
+    out = json_run(capsys, vit4, "--data", image_dir, *FAST, "--variants", "Trained, RANDOM", "--heads", "1")
+    assert list(out["meta"]["columns"]) == ["trained", "random"]
+    assert {r["variant"] for r in out["records"]} == {"trained", "random"}
+
+
 def test_help_says_what_block_reads(capsys):
     text = help_text(capsys, "capacity")
     assert "--block" in text and "--layer" in text and "table|json|parquet" in text

@@ -275,6 +275,18 @@ def test_parquet_to_terminal_refused(capsys, npy, monkeypatch, tmp_path):
     assert out == ""
 
 
+def test_the_whole_set_line_names_no_sweep_that_did_not_run(capsys, npy):
+    """k above d is answered by the dimensions, so no whole-set ceiling was needed: the line said "the sweep
+    certifies its ceiling with it" although no sweep ran."""
+    rc, out, err = run(capsys, "kruskal", npy, "--k", D + 1, *FAST)
+    assert rc == 0, err
+    line = " ".join(out.split("Whole set as one matrix", 1)[1].split())
+    assert "no size tested needed it" in line and "sweep" not in line.split("Rank rule")[0]
+    rc, out, err = run(capsys, "kruskal", npy, "--sweep", *FAST)
+    assert rc == 0, err
+    assert "the sweep certifies its ceiling with it" in " ".join(out.split())
+
+
 def test_out_file_is_stamped(capsys, npy, tmp_path):
     out = tmp_path / "res.parquet"
     rc, stdout, err = run(

@@ -313,6 +313,16 @@ def test_the_modality_check_refuses_only_what_it_knows(monkeypatch, vit_dir, ber
             table1(**bad, limit=40, samples=10)
 
 
+def test_figure2_with_one_value_of_h_cannot_say_whether_the_count_rises():
+    """One value of H shows no rise with H, nor its absence: the row is undetermined, as the line's fit beside it
+    is, not a difference from the paper (it was "not increasing", counted among the differences)."""
+    from mhaaudit.reproduce import figure2
+
+    res = figure2(preset="cpu", values=[3], sizes=[12], max_steps=3)
+    rises = [c for c in res.comparisons if "a rise with H takes two" in c.reason]
+    assert len(rises) == 1 and rises[0].status == "undetermined" and rises[0].our_verdict is None
+
+
 @pytest.mark.parametrize("preset, varied", [("paper-fig2b", "n"), ("paper-fig2c", "head-dim")])
 def test_figure2_refuses_a_preset_that_does_not_vary_the_heads_before_training(capsys, monkeypatch, preset, varied):
     """paper-fig2b/2c vary n or d_h, not H: known from the grid alone, so refused before a point trains."""

@@ -495,9 +495,7 @@ def _variants(variants, request: ModelRequest) -> list[str]:
     Raises:
         InputError: when a variant is unknown, or ``weights_path`` is given without the trained column.
     """
-    vs = split_list(variants) or list(VARIANTS)
-    for v in vs:
-        choice("variant", v, VARIANTS)
+    vs = [choice("variant", v, VARIANTS) for v in split_list(variants) or VARIANTS]  # named as the records name them
     if request.weights_path is not None and "trained" not in vs:
         raise InputError(
             Param("weights") + " has no effect without the trained column; add trained to " + Param("variants")

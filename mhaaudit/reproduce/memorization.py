@@ -105,18 +105,19 @@ def _linear(target: str, item: dict, T: int, pts: list[dict], fit: dict | None, 
 def _monotone(target: str, item: dict, T: int, pts: list[dict], spec: dict) -> Comparison:
     base = _memo_base(target, item, f"T = {T}")
     counts = [(r["heads"], r["memorized_count"]) for r in pts]
+    detail = ", ".join(f"H = {h}: {c}" for h, c in counts)
+    if len({h for h, _ in counts}) < 2:  # one value of H shows no rise, nor its absence
+        why = f"only one value of H at T = {T}: a rise with H takes two"
+        return without_interval(base, None, None, detail, "undetermined", why)
     drops = [(a, b) for a, b in itertools.pairwise(counts) if b[1] < a[1]]
     rises = len(counts) > 1 and counts[-1][1] > counts[0][1]
     ok = not drops and rises
-    detail = ", ".join(f"H = {h}: {c}" for h, c in counts)
     reason = ""
     if not ok:
         if drops:
             reason = "memorised count falls from " + ", ".join(
                 f"{a[1]} at H = {a[0]} to {b[1]} at H = {b[0]}" for a, b in drops
             )
-        elif len(counts) < 2:
-            reason = f"only one value of H at T = {T}"
         else:
             reason = f"the count does not rise from H = {counts[0][0]} to H = {counts[-1][0]}"
         reason += "; " + _training_evidence(pts, spec)
