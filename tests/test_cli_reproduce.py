@@ -306,6 +306,7 @@ def test_the_modality_check_refuses_only_what_it_knows(monkeypatch, vit_dir, ber
     with pytest.raises(InputError, match="is a text model, but table1"):
         table1(model={"vit": Path(bert_dir)}, limit=40, samples=10)
     for bad, says in (
+        (dict(model="vit=x"), "model must map the paper's model keys to names, not 'vit=x'"),
         (dict(model={"vit": 5}), "model vit=5: must be a name or a path, not int"),
         (dict(data=5), "data must be a name or a path, not int"),
     ):

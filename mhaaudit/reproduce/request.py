@@ -49,6 +49,8 @@ class TargetRequest:
         object.__setattr__(self, "data", _named(Param("data"), self.data))
         for option in ("model", "weights"):  # by model key: a name or a path each (a pathlib.Path is its path)
             by_key = getattr(self, option)
+            if by_key is not None and not isinstance(by_key, Mapping):
+                raise InputError(Param(option) + f" must map the paper's model keys to names, not {by_key!r}")
             if by_key is not None:
                 named = {k: _named(Param(option) + f" {k}={v!r}:", v) for k, v in by_key.items()}
                 object.__setattr__(self, option, named)
