@@ -214,15 +214,16 @@ def seeds_report(result) -> list:
     """The tables and lines of a several-seed run."""
     items: list = [escape(f"{result.command}: {result.plan.describe()}.")]
     items += [f"note: {shown(n)}" for n in result.notes[1:]]
-    est = _estimate_table(result)  # None: nothing was swept
     if result.command == "reproduce":
+        est = _estimate_table(result)
         items += [_reproduce_table(result), "k: the paper's / ours where they differ.", *([est] if est else [])]
     else:
         items += seeds_tables(result)
+    swept = any(s.cell.check == "sweep_estimate" for s in result.summaries)
     if result.differences:
         items.append("[bold]Differences[/bold] (seed by seed; called a difference only when the range excludes zero)")
         items += [f"  {shown(d.conclusion)}" for d in result.differences]
-    elif result.command == "check" and est is None:
+    elif result.command == "check" and not swept:
         items.append(
             "No sweep estimates to compare: add " + Param("sweep") + " for each column's Kruskal-rank estimate and the "
             "differences between columns."

@@ -156,13 +156,8 @@ class DataRequest:
     convert_rgb: bool = False  # convert images of other modes to RGB (torchvision's rule) instead of skipping them
 
     def __post_init__(self) -> None:
-        if isinstance(self.data, os.PathLike):  # a pathlib.Path is the path it names
-            object.__setattr__(self, "data", os.fspath(self.data))
-        if self.data is not None and not isinstance(self.data, str):
-            raise InputError(
-                Param("data") + f" must be a path, a data set's name or None (the built-in data), "
-                f"not {type(self.data).__name__}"
-            )
+        kinds = "a path, a data set's name or None (the built-in data)"  # a pathlib.Path is the path it names
+        object.__setattr__(self, "data", validate.name_or_path(Param("data"), self.data, kinds))
         if not isinstance(self.split, str) or not self.split.strip():
             raise InputError(Param("split") + f" must name a split, got {self.split!r}")
         for name in ("text_column", "image_column"):

@@ -33,6 +33,7 @@ import zlib
 import numpy as np
 import torch
 
+from . import validate
 from .defaults import DEFAULT_DEVICE
 from .errors import InputError, Param
 
@@ -56,6 +57,17 @@ MAX_INT64 = 2**63 - 1
 # Seeds are stored as 64-bit signed integers: 0 to 2^63 - 1.
 MAX_SEED = MAX_INT64
 PURPOSES = ("model-init", "data", "random-attention", "draws", "labels", "memorize")
+
+
+def checked_seed(seed, name: str = "seed") -> int:
+    """A seed as a caller gave it (``name``: the parameter), as every seed of a run is taken: a whole number from
+    0 to :data:`MAX_SEED` (a larger or negative one would be taken modulo 2^64, two seeds giving one set of
+    draws, and a fraction cut).
+
+    Raises:
+        InputError: when it is not.
+    """
+    return validate.integer(Param(name), seed, minimum=0, maximum=MAX_SEED)
 
 
 def derive_seed(seed: int, purpose: str, *index: int) -> int:

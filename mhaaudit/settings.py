@@ -39,6 +39,7 @@ from .runtime import MAX_SAMPLES as MAX_SAMPLES
 from .runtime import MAX_SEED as MAX_SEED
 from .runtime import PURPOSES as PURPOSES
 from .runtime import check_environment as check_environment
+from .runtime import checked_seed
 from .runtime import decode_workers_env as decode_workers_env
 from .runtime import derive_seed as derive_seed
 from .runtime import device_name as device_name
@@ -59,7 +60,7 @@ __all__ = [
 
 
 def _seed(name: str) -> Callable[[Any], int]:
-    return lambda value: validate.integer(Param(name), value, minimum=0, maximum=MAX_SEED)
+    return lambda value: checked_seed(value, name)
 
 
 def _optional(check: Callable[[Any], Any]) -> Callable[[Any], Any]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import numbers
 import operator
+import os
 from collections.abc import Iterable, Sequence
 from typing import SupportsInt, cast, overload
 
@@ -26,6 +27,7 @@ __all__ = [
     "int_list",
     "int_ranges",
     "integer",
+    "name_or_path",
     "split_list",
     "tolerance",
     "values_of",
@@ -87,6 +89,18 @@ def integer(name: str | Param, value, minimum: int | None = 1, maximum: int | No
     if maximum is not None and v > maximum:
         raise InputError(name + f" must be at most {maximum}, got {v}", value=v, allowed=f"at most {maximum}")
     return v
+
+
+def name_or_path(what: str | Param, value, kinds: str = "a name or a path"):
+    """``value`` as a data set, model or weights are given: None, a string, or a path (read as its string).
+
+    Raises:
+        InputError: when it is anything else, ``what`` beginning the message and ``kinds`` saying what it may be.
+    """
+    value = os.fspath(value) if isinstance(value, os.PathLike) else value
+    if value is not None and not isinstance(value, str):
+        raise InputError(what + f" must be {kinds}, not {type(value).__name__}")
+    return value
 
 
 def values_of(value) -> list:

@@ -30,8 +30,7 @@ counter-based generator (``numerics.philox``), and on a GPU the batched kernels 
 CPU LAPACK kernels decide on the CPU. The modules: ``results``
 (the result objects), ``sampling`` (the block-seeded draws and Gram gathers, and ``Sampling``,
 how a test draws and decides: samples, threshold, seed, rule, device), ``fixed`` (the
-test at one size), ``sweep`` (every size at once), ``bounds`` (floor, ceiling, brute force),
-``arguments`` (the checks of the arguments the tests share: a seed, a progress callback).
+test at one size), ``sweep`` (every size at once), ``bounds`` (floor, ceiling, brute force).
 
 Under torchrun the draws of a test or a sweep are divided among the ranks
 (``sampling.blocks_in_order``) and every rank gets the single-process result; rank 0's call

@@ -37,9 +37,8 @@ from ..numerics import (
 )
 from ..numerics.checked import NumericalFailure
 from ..numerics.stream import Unit, unit_of
-from ..runtime import device_name, resolve_device
+from ..runtime import checked_seed, device_name, resolve_device
 from . import witness
-from .arguments import checked_progress, checked_seed
 from .bounds import fixed_rule
 from .results import Bound, SetStats, SubsetTest, Witness, checked_stats, clopper_pearson, rows_phrase
 from .results import whole_set_note as _whole_set_note
@@ -50,6 +49,7 @@ from .sampling import (
     Progress,
     Sampling,
     as_matrix,
+    checked_progress,
     decided_in_order,
     rows_of,
 )

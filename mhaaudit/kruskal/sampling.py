@@ -47,10 +47,9 @@ from ..numerics import RankRule, lapack, numerics, philox, subnormals_kept, tf32
 from ..numerics.philox import split_key
 from ..numerics.stream import Rows, Unit, chunk_rows, nonfinite_message, refuse_unless_fits, scan_of
 from ..numerics.threads import intra_op_threads
-from ..runtime import KERNELS_ENV, MAX_SAMPLES, derive_seed, kernels_env, resolve_device
+from ..runtime import KERNELS_ENV, MAX_SAMPLES, checked_seed, derive_seed, kernels_env, resolve_device
 from ..tensor_values import dense_values
 from ..workers import worker_pool
-from .arguments import checked_seed
 
 __all__ = [
     "DEVICE_BATCH_BYTES",
@@ -81,6 +80,17 @@ DEVICE_FULL_GRAM_MAX_BYTES = 2 << 30  # on a GPU, up to this size (T <= 16384)
 DEVICE_BATCH_BYTES = 2 << 30  # one batched call of the device kernels holds this much (on a GPU: or 1/8 of its memory)
 
 Progress = Callable[[int], None]
+
+
+def checked_progress(progress) -> Progress | None:
+    """A progress callback as a caller gave it: None or a callable.
+
+    Raises:
+        InputError: when it is neither.
+    """
+    if progress is not None and not callable(progress):
+        raise InputError(Param("progress") + f" must be a callable taking a number of draws, or None; got {progress!r}")
+    return progress
 
 
 FLOAT8_DTYPES = frozenset(getattr(torch, name) for name in dir(torch) if name.startswith("float8_"))
@@ -482,11 +492,8 @@ class Sampling:
         object.__setattr__(self, "seed", checked_seed(self.seed))
         object.__setattr__(self, "device", resolve_device(self.device))
         object.__setattr__(self, "stop_when_decided", validate.flag(Param("stop_when_decided"), self.stop_when_decided))
-        if self.rule is not None and not isinstance(self.rule, RankRule):
-            raise InputError(
-                Param("rule") + f" {self.rule!r}: not a RankRule (give RankRule.for_dtype(...), or None for the "
-                "paper's rule)"
-            )
+        if self.rule is not None:  # None: the paper's rule for the data's dtype, fixed when the data are known
+            RankRule.checked(self.rule)
 
 
 @dataclass(frozen=True)

@@ -35,13 +35,12 @@ from ..numerics import (
 )
 from ..numerics.checked import NumericalFailure
 from ..numerics.stream import unit_of
-from ..runtime import device_name
+from ..runtime import checked_seed, device_name
 from . import witness as witnesses
-from .arguments import checked_progress, checked_seed
 from .bounds import babel_floor, fixed_rule
 from .fixed import draws_gram, joined, shrink_witness
 from .results import Bound, SetStats, Sweep, Witness, checked_stats, clopper_pearson
-from .sampling import Draws, Gram, Progress, Sampling, as_matrix, decided_in_order, rows_of
+from .sampling import Draws, Gram, Progress, Sampling, as_matrix, checked_progress, decided_in_order, rows_of
 
 __all__ = ["draw_critical_sizes", "kruskal_sweep"]
 

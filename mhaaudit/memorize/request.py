@@ -24,7 +24,7 @@ from ..defaults import (
 )
 from ..errors import InputError, Param
 from ..plot import check_plot_path
-from ..runtime import MAX_SEED, resolve_device
+from ..runtime import MAX_SEED, checked_seed, resolve_device
 from ..staging import check_writable
 from .grouping import default_budget
 from .recipe import Recipe
@@ -310,7 +310,7 @@ def _own_grid_fields(request: MemorizeRequest) -> dict:
 
 
 def _seeds(seed, seeds) -> list[int]:
-    seed = validate.integer(Param("seed"), 0 if seed is None else seed, minimum=0, maximum=MAX_SEED)
+    seed = checked_seed(0 if seed is None else seed)
     if seeds is None:
         return [seed]
     if seed != 0:

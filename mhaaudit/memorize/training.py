@@ -38,7 +38,7 @@ from ..defaults import DEFAULT_DEVICE
 from ..errors import Param
 from ..numerics.threads import intra_op_threads as _intra_op_threads
 from ..progress import task as progress_task
-from ..runtime import MAX_SEED, device_name, resolve_device
+from ..runtime import checked_seed, device_name, resolve_device
 from .data import DIM, make_dataset, point_generator
 from .model import MemorizeModel
 from .recipe import Recipe
@@ -84,7 +84,7 @@ class Point:
             n=validate.integer(Param("n"), n),
             head_dim=validate.integer(Param("head_dim"), head_dim),
             size=validate.integer(Param("sizes"), size),
-            seed=validate.integer(Param("seed"), seed, minimum=0, maximum=MAX_SEED),
+            seed=checked_seed(seed),
         )
 
     @property

@@ -32,7 +32,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from .. import files
 from ..errors import InputError, ModelError, Param
 from ..hub import force_offline_env, is_offline
 from .families import Family, embedding_positions, family_of, query_words
@@ -59,6 +58,7 @@ from .registry import (
     check_config_numbers,
     classify_config,
     read_json,
+    read_json_object,
     supported_families,
 )
 from .shards import (
@@ -212,16 +212,10 @@ def _weights_config(folder: str) -> dict | None:
         InputError: when the file is there but is not a regular file of a JSON object within the bounds of
             :func:`mhaaudit.files.read_json`.
     """
-    path = os.path.join(folder, "config.json")
-    if not os.path.lexists(path):
-        return None
     try:
-        data = files.read_json(path, InputError, "its config.json")
+        return read_json_object(os.path.join(folder, "config.json"), InputError, "its config.json")
     except InputError as exc:
         raise InputError(Param("weights") + f" {folder}: {exc}") from None
-    if not isinstance(data, dict):
-        raise InputError(Param("weights") + f" {folder}: its config.json is not a JSON object")
-    return data
 
 
 def _model_info(

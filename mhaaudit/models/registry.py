@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import files
-from ..errors import ModelError
+from ..errors import MhaauditError, ModelError
 from .families import FAMILIES, TIMM_FAMILIES, UNPROBEABLE, Family, family_of, timm_family_of
 
 __all__ = [
@@ -274,6 +274,22 @@ def read_json(path: Path | str) -> dict | None:
     """
     data = files.read_json(path, ModelError, lenient=True)
     return data if isinstance(data, dict) else None
+
+
+def read_json_object(path: str | os.PathLike, error: type[MhaauditError], what: str) -> dict | None:
+    """The JSON object of the file ``path`` (``what`` naming it), None where there is no such file (nor a link by
+    that name): unlike :func:`read_json`, a metadata file that is there is read whole, never passed over.
+
+    Raises:
+        MhaauditError: of type ``error``, as :func:`mhaaudit.files.read_json` says, or when the file holds another
+            JSON value than an object.
+    """
+    if not os.path.lexists(path):
+        return None
+    data = files.read_json(path, error, what)
+    if not isinstance(data, dict):
+        raise error(f"{what} is not a JSON object")
+    return data
 
 
 # The endings of checkpoint file names: a name that ends so is read as a local path, not a hub id.

@@ -193,6 +193,20 @@ class RankRule:
             dt = torch.float64
         return cls(rtol=rtol, atol=atol, eps=float(torch.finfo(dt).eps), dtype=str(dt).replace("torch.", ""))
 
+    @staticmethod
+    def checked(rule) -> RankRule:
+        """``rule`` when it is a RankRule.
+
+        Raises:
+            InputError: when it is not (None is the paper's rule only where a caller says so: :meth:`given`).
+        """
+        if not isinstance(rule, RankRule):
+            raise InputError(
+                Param("rule")
+                + f" {rule!r}: not a RankRule (give RankRule.for_dtype(...), or None for the paper's rule)"
+            )
+        return rule
+
     @classmethod
     def given(cls, rule, dtype) -> RankRule:
         """``rule`` as a caller gave it: a RankRule as it is, None as :meth:`for_dtype` of ``dtype`` (the paper's).
@@ -200,14 +214,7 @@ class RankRule:
         Raises:
             InputError: when ``rule`` is neither.
         """
-        if rule is None:
-            return cls.for_dtype(dtype)
-        if not isinstance(rule, RankRule):
-            raise InputError(
-                Param("rule")
-                + f" {rule!r}: not a RankRule (give RankRule.for_dtype(...), or None for the paper's rule)"
-            )
-        return rule
+        return cls.for_dtype(dtype) if rule is None else cls.checked(rule)
 
     def rtol_for(self, rows: int, cols: int) -> float:
         """The relative tolerance for a rows x cols matrix: ``rtol``, else 0 when only ``atol > 0`` was given,

@@ -5,7 +5,6 @@ object, :class:`TargetRequest`, and :func:`target_request`, the one place the ta
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -46,30 +45,18 @@ class TargetRequest:
     on_note: Callable[[str], None] | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "data", _named(Param("data"), self.data))
+        object.__setattr__(self, "data", validate.name_or_path(Param("data"), self.data))
         for option in ("model", "weights"):  # by model key: a name or a path each (a pathlib.Path is its path)
             by_key = getattr(self, option)
             if by_key is not None and not isinstance(by_key, Mapping):
                 raise InputError(Param(option) + f" must map the paper's model keys to names, not {by_key!r}")
             if by_key is not None:
-                named = {k: _named(Param(option) + f" {k}={v!r}:", v) for k, v in by_key.items()}
+                named = {k: validate.name_or_path(Param(option) + f" {k}={v!r}:", v) for k, v in by_key.items()}
                 object.__setattr__(self, option, named)
         if self.limit is not None:
             object.__setattr__(self, "limit", validate.integer(Param("limit"), self.limit))
         if self.models is not None:
             object.__setattr__(self, "models", tuple(self.models) or None)
-
-
-def _named(what, value):
-    """A data set, model or weights as given: None, a string, or a path (read as its string).
-
-    Raises:
-        InputError: when ``value`` is anything else, ``what`` (the parameter) beginning the message.
-    """
-    value = os.fspath(value) if isinstance(value, os.PathLike) else value
-    if value is not None and not isinstance(value, str):
-        raise InputError(what + f" must be a name or a path, not {type(value).__name__}")
-    return value
 
 
 def target_request(request: TargetRequest | None, keywords: Mapping[str, Any]) -> TargetRequest:

@@ -38,10 +38,11 @@ from dataclasses import dataclass, field, replace
 
 from .. import validate
 from ..errors import InputError, ModelError, OfflineError, Param, one_line
-from ..files import read_json, regular_file, same_place
+from ..files import regular_file, same_place
 from ..hub import is_offline
 from ..models.checkpoints import CHECKPOINT_FILES
 from ..models.hf_config import VOLATILE_CONFIG, WIDTH_KEYS, canonical, computes, draws_alike, short
+from ..models.registry import read_json_object
 from ..models.shards import INDEX_FILES, check_links_inside, check_local_indexes, hub_download, read_index
 from ..request import ModelRequest
 from ..runtime import MAX_INT64
@@ -451,15 +452,11 @@ def _config(ref: CheckpointRef, path: str) -> dict | None:
     Raises:
         InputError: when it exists but cannot be read as a JSON object.
     """
-    if not os.path.lexists(path):
-        return None
     try:  # a regular file of bounded size and nesting: a pipe is refused, a deep nest is an input error
-        data = read_json(path, InputError, "its config.json")
+        data = read_json_object(path, InputError, "its config.json")
     except InputError as exc:
         raise InputError(Param("checkpoints") + f" {ref.name}: {exc}") from None
-    if not isinstance(data, dict):
-        raise InputError(Param("checkpoints") + f" {ref.name}: its config.json is not a JSON object")
-    return {k: v for k, v in data.items() if k not in VOLATILE_CONFIG}
+    return None if data is None else {k: v for k, v in data.items() if k not in VOLATILE_CONFIG}
 
 
 def data_files(folder: str) -> dict[str, str]:
