@@ -94,7 +94,8 @@ def _cell_table(result) -> Table:
     capacity = result.command == "capacity"
     # The words wrap (the check's name, the long headers), so that a narrow terminal narrows them
     # before it cuts a cell short.
-    for col in ("column", "layer", "heads h") if capacity else ("column", "layer", "check", "k"):
+    # capacity's layer field is the block whose attention builds Z, and its report calls it so
+    for col in ("column", "block", "heads h") if capacity else ("column", "layer", "check", "k"):
         t.add_column(col, no_wrap=col != "check")
     t.add_column(what + " median \\[range]", no_wrap=False)
     if not capacity:

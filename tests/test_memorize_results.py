@@ -40,9 +40,15 @@ def test_a_size_with_two_values_of_h_has_no_line_and_says_why():
     fits, gaps = heads_fits(runs, [200, 400]), heads_fit_gaps(runs, [200, 400])
     assert [(f.size, f.xs) for f in fits] == [(400, (1, 2, 4)), (None, (1, 2, 4))]
     assert [(g.size, g.points, g.xs, g.reason) for g in gaps] == [
-        (200, 2, (1, 2), "2 values of H: too few to test a line")
+        (200, 2, (1, 2), "2 values of H: too few to test a line (1 run(s) diverged, 1 saturated)")
     ]
     assert heads_fit_gaps(runs[2:3], [200])[0].reason == "no point below saturation to fit"
+    assert heads_fit_gaps(runs[3:4], [200])[0].reason == "no point to fit: every run diverged"
+    assert heads_fit_gaps(runs[2:4], [200])[0].reason == "no point to fit: 1 run(s) diverged, 1 saturated"
+    assert (
+        heads_fit_gaps(runs[:2] + runs[3:4], [200])[0].reason
+        == "2 values of H: too few to test a line (1 run(s) diverged)"
+    )
 
 
 def test_row_round_trip():

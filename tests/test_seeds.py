@@ -528,6 +528,13 @@ def test_capacity_seeds(capsys, vit4):
     assert reads_back(stdout).command == "capacity"
     sums = [r for r in recs if r["aggregate"] == "summary"]
     assert sums and all(r["value"] == "rank" and r["low"] <= r["median"] <= r["high"] for r in sums)
+    # the table heads the record's layer field as the report calls it: the block whose attention builds Z
+    rc, table, err = run(capsys, "capacity", vit4, "--variants", "random", "--limit", "40", "--seeds", "0-1")
+    assert rc == 0, err
+    header = next(line for line in table.splitlines() if "heads h" in line)
+    assert "block" in header and "layer" not in header
+    blocks = {r["layer"] for r in sums}
+    assert len(blocks) == 1 and f"│ random │ {blocks.pop()} " in table.replace("  ", " ")
 
 
 def test_reproduce_seeds_table_says_what_each_row_is_at_100_columns(capsys, monkeypatch, vit_dir):

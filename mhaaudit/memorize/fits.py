@@ -88,12 +88,23 @@ def flat_fit_notes(fits: Sequence[LinearFit]) -> tuple[str, ...]:
     )
 
 
-def _gap_reason(values: int) -> str:
+def _gap_reason(values: int, diverged: int, saturated: int) -> str:
+    """Why a size has no line: its ``values`` distinct H fitted, and the ``diverged`` and ``saturated`` runs
+    left out of the fit (a diverged run counts as diverged only)."""
+    left_out = (f"{diverged} run(s) diverged",) * bool(diverged) + (f"{saturated} saturated",) * bool(saturated)
     if values == 0:
-        return "no point below saturation to fit"
-    if values == 1:
-        return "1 value of H: no line"
-    return f"{values} values of H: too few to test a line"
+        if not diverged:
+            return "no point below saturation to fit"
+        return "no point to fit: " + (", ".join(left_out) if saturated else "every run diverged")
+    said = "1 value of H: no line" if values == 1 else f"{values} values of H: too few to test a line"
+    return f"{said} ({', '.join(left_out)})" if diverged else said
+
+
+def _left_out(runs: Sequence[MemorizeRun], sizes: Sequence[int], size: int | None, saturated_at: float) -> tuple:
+    """The runs of ``size`` (None: of every size in ``sizes``) that diverged, and those that saturated
+    without diverging: the points :func:`_fit_points` leaves out."""
+    scope = [r for r in runs if (r.size == size if size is not None else r.size in sizes)]
+    return sum(bool(r.diverged) for r in scope), sum(not r.diverged and r.memorized >= saturated_at for r in scope)
 
 
 def _fit_points(runs: Sequence[MemorizeRun], sizes: Sequence[int], saturated_at: float) -> list[tuple]:
@@ -122,7 +133,12 @@ def heads_fits(runs: Sequence[MemorizeRun], sizes: Sequence[int], saturated_at: 
 def heads_fit_gaps(runs: Sequence[MemorizeRun], sizes: Sequence[int], saturated_at: float = 0.99) -> tuple[FitGap, ...]:
     """The sizes (and the pool) :func:`heads_fits` fits no line for, and why."""
     return tuple(
-        FitGap(size=T, points=len(xs), xs=tuple(sorted(set(xs))), reason=_gap_reason(len(set(xs))))
+        FitGap(
+            size=T,
+            points=len(xs),
+            xs=tuple(sorted(set(xs))),
+            reason=_gap_reason(len(set(xs)), *_left_out(runs, sizes, T, saturated_at)),
+        )
         for T, xs, ys in _fit_points(runs, sizes, saturated_at)
         if len(set(xs)) < MIN_FIT_VALUES
     )
