@@ -13,8 +13,9 @@ def gen(seed: int) -> torch.Generator:
 
 
 def matrix_rank_full(X: torch.Tensor, rows, rule: RankRule) -> bool:
-    """Are the rows ``rows`` of X independent under ``rule``? (torch.linalg.matrix_rank, float64)"""
-    S = X[rows].double()
+    """Are the rows ``rows`` of X independent under ``rule``? (torch.linalg.matrix_rank, float64, of the rows in
+    increasing index order: a set's rank is decided on one order of its rows, whatever order they were drawn in)"""
+    S = X[torch.as_tensor(rows).sort().values].double()
     r = torch.linalg.matrix_rank(S, rtol=rule.rtol_for(S.shape[0], S.shape[1]), atol=rule.atol_value)
     return int(r) == S.shape[0]
 

@@ -75,6 +75,36 @@ def test_sweep_matches_single_k_tests():
         assert sw.fractions[k - 1] == pytest.approx(float(ref.float().mean()))
 
 
+# three rows whose smallest singular value (3.65e-15 to 50 digits) is within rounding of the tolerance (3.34e-15):
+# the computed one is 3.33e-15 for the rows in the order (4, 1, 5) and above the tolerance in the order (1, 4, 5)
+NEAR_TRIPLE = [
+    [-1.2103896500415234, 0.9161064222661041, -0.6831892754807607, -0.07147118211444801],
+    [0.6290963556756982, 0.8132240720912229, -0.33702012879276, 0.04411747865460111],
+    [-0.8254059893947533, 1.7473796964590198, 0.6499498177631488, -1.1032397799260316],
+    [0.00405796885634217, 0.7135516873594568, 0.4794109665687367, 1.8291701180403968],
+    [0.8785493385651431, 0.964245131637551, 2.366462733826274, 0.14169258286421219],
+    [0.24945298288944406, 0.15102105954633643, 2.7034828626190395, 0.09757510420961348],
+]
+
+
+@pytest.mark.parametrize("kernels", ["lapack", "torch"])
+def test_a_set_is_decided_alike_whatever_order_it_was_drawn_in(monkeypatch, kernels):
+    """The sweep draws its rows in random order, the fixed-size test and the exhaustive search in index order:
+    a set within rounding of the tolerance is decided on its rows in index order by all of them, so the sweep
+    proves no ceiling below the exact Kruskal rank and its fraction at k = 3 is the fixed-size test's."""
+    if kernels == "torch":
+        monkeypatch.setenv(KERNELS_ENV, "torch")
+    X = torch.tensor(NEAR_TRIPLE, dtype=torch.float64)
+    exact = exact_kruskal_rank(X)
+    assert exact == 3
+    sw = kruskal_sweep(X, samples=200, seed=0)
+    assert sw.ceiling.value >= exact and (sw.floor is None or sw.floor.value <= exact)
+    assert sw.witness is None or len(sw.witness.indices) > exact
+    assert sw.exact_kruskal_rank in (None, exact)
+    test = subset_test(X, 3, samples=200)
+    assert sw.fractions[2] == test.fraction == 1.0
+
+
 @pytest.mark.skipif(not lapack.available(), reason="SciPy's Cython LAPACK API is not available")
 def test_sweep_same_with_and_without_the_fast_path(monkeypatch):
     X = dominant(200, 40, 7)

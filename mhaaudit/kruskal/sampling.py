@@ -310,6 +310,12 @@ class Gram:
             return self.X[idx]
         return self.unit.rows(idx).to(self.device)
 
+    def set_rows(self, idx: torch.Tensor) -> torch.Tensor:
+        """The rows of the set ``idx`` (its last dimension) in increasing index order: an exact decision (an SVD)
+        is made on a set's rows in one order whatever order they were drawn in, so a set is decided alike by
+        every test (within rounding of the tolerance the computed singular values depend on the row order)."""
+        return self.rows(idx.sort(dim=-1).values)
+
 
 def draw_block(
     T: int, k: int, seed: int, block: int, size: int, sort: bool, device: torch.device | str = "cpu"

@@ -158,7 +158,7 @@ def _critical_sizes_of_draws(gram: Gram, K: int, samples: int, seed: int, rule: 
     d = gram.d
     entries = gram.cpu_entries
     kernel = (
-        lapack.SweepKernel(entries, gram.proj, lambda s: gram.rows(torch.from_numpy(s)), K, d, rule)
+        lapack.SweepKernel(entries, gram.proj, lambda s: gram.set_rows(torch.from_numpy(s)), K, d, rule)
         if entries is not None
         else None
     )
@@ -170,7 +170,7 @@ def _critical_sizes_of_draws(gram: Gram, K: int, samples: int, seed: int, rule: 
             kstar, rc = kernel.draws(idx.numpy())
             return idx, torch.from_numpy(kstar), rc
         assert tf32_is_off(), "a rank decision never runs in TF32"
-        kstar, rc = _critical_sizes(gram.sub(idx), gram.proj_t[idx], lambda j, m: gram.rows(idx[j, :m]), d, rule)
+        kstar, rc = _critical_sizes(gram.sub(idx), gram.proj_t[idx], lambda j, m: gram.set_rows(idx[j, :m]), d, rule)
         return idx, kstar, rc
 
     draws = Draws(gram.T, K, samples, seed, False, gram.device)

@@ -270,7 +270,7 @@ def shrink(
         if better is not None and len(better.indices) < len(best.indices):
             best = better
     if best is None:
-        best = proven if proven is not None else prove(unit, idx)
+        best = proven if proven is not None else prove(unit, sorted(idx))  # a set's proof: its rows in index order
     if best is None:
         raise ValueError("shrink_witness needs a dependent subset")
     return best
