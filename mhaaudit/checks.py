@@ -150,8 +150,10 @@ class Check:
 
 
 def _assumption_2_of(features, k: int, rule: RankRule) -> ContextRankResult:
-    """Assumption 2 from the context statistics a streaming reduction kept (exact counts)."""
-    return assumption_2_from_arrays(features.context, n=features.n, d=features.d, rule=rule)
+    """Assumption 2 from the context statistics a streaming reduction kept (exact counts; unavailable where it kept
+    none: ``FeatureSet.assumption_2``)."""
+    T = int(features.queries.shape[0])
+    return assumption_2_from_arrays(features.context, n=features.n, d=features.d, rule=rule, examples=T)
 
 
 #: Every registered check by name: the dict of :data:`mhaaudit.check_words.REGISTRY`, filled here.

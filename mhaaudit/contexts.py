@@ -307,21 +307,32 @@ class ContextRanks:
         return assumption_2_from_arrays(a, n=self.n or 0, d=self.d or 0, rule=self.rule)
 
 
-def assumption_2_from_arrays(a: dict[str, torch.Tensor], *, n: int, d: int, rule: RankRule) -> ContextRankResult:
+def assumption_2_unavailable(T: int, n: int, d: int, rule: RankRule, reason: str) -> ContextRankResult:
+    """Assumption 2 of T examples left undecided (verdict "unavailable"), for ``reason``."""
+    return ContextRankResult(
+        T=T, n=n, d=d, full=0, deficient=0, rank_histogram={}, min_margin=float("nan"), worst_example=-1,
+        worst_sigma_min=float("nan"), worst_tol=float("nan"), rule=rule, verdict="unavailable", reason=reason,
+    )  # fmt: skip
+
+
+def assumption_2_from_arrays(
+    a: dict[str, torch.Tensor], *, n: int, d: int, rule: RankRule, examples: int | None = None
+) -> ContextRankResult:
     """Assumption 2 from the per-example statistics of :meth:`ContextRanks.arrays`: the exact count of context
     matrices of rank n among T, the rank histogram, the worst sigma_min / tolerance margin and the verdict
     ("holds", "fails", or "unavailable" when T = 0; n > d fails by dimension alone). The ranks were decided under
     one rule when the statistics were made: where ``rule`` gives another tolerance, the verdict is "unavailable"
     (:func:`_decided_under`), never the count of another rule; so it is where the statistics contradict themselves
-    (a rank n whose sigma_min does not clear its tolerance, or the reverse: :func:`_contradiction`)."""
+    (a rank n whose sigma_min does not clear its tolerance, or the reverse: :func:`_contradiction`). Where ``a`` is
+    empty (a reduction that kept no context ranks), it is "unavailable" for its ``examples``."""
+    if not a:
+        why = "the features were reduced without their context matrices' ranks (contexts=False)"
+        return assumption_2_unavailable(examples or 0, n, d, rule, why)
     rank = a["context_rank"]
     T = int(rank.numel())
     other = (_decided_under(a, n, d, rule) or _contradiction(a, n)) if T and n <= d else None
     if other is not None:
-        return ContextRankResult(
-            T=T, n=n, d=d, full=0, deficient=0, rank_histogram={}, min_margin=float("nan"), worst_example=-1,
-            worst_sigma_min=float("nan"), worst_tol=float("nan"), rule=rule, verdict="unavailable", reason=other,
-        )  # fmt: skip
+        return assumption_2_unavailable(T, n, d, rule, other)
     full_mask = rank == n
     full = int(full_mask.sum())
     hist: dict[int, int] = {}

@@ -20,7 +20,12 @@ from pathlib import Path
 import torch
 
 from . import phases, validate
-from .contexts import ContextRankResult, ContextRanks, assumption_2_from_arrays, real_tensor
+from .contexts import (
+    ContextRankResult,
+    ContextRanks,
+    assumption_2_from_arrays,
+    real_tensor,
+)
 from .errors import InputError, ModelError, OutputError, Param
 from .feature_files import refuse_unless_fits, safetensors_header
 from .files import folder_files, native_name, read_json, regular_file
@@ -95,8 +100,9 @@ class FeatureSet:
 
     def assumption_2(self, rule: RankRule) -> ContextRankResult:
         """Assumption 2 (full-rank n x d context matrices) from the per-example statistics, which were decided under
-        one rule when the tokens were reduced: "unavailable" under another (``contexts.assumption_2_from_arrays``)."""
-        return assumption_2_from_arrays(self.context, n=self.n, d=self.d, rule=rule)
+        one rule when the tokens were reduced: "unavailable" under another (``contexts.assumption_2_from_arrays``),
+        and without them (a :class:`StreamingReducer` with ``contexts=False``)."""
+        return assumption_2_from_arrays(self.context, n=self.n, d=self.d, rule=rule, examples=self.T)
 
     def save(self, folder: str | Path) -> Path:
         """Write ``features.safetensors`` and ``meta.json`` into ``folder``: both or, on any failure, neither.
@@ -242,10 +248,12 @@ def _check_saved(
     n, d, query_index = count("n", 1), count("d", 1), count("query_index", 0)
     if query_index >= n:
         raise InputError(malformed(f"{files[0]} gives query_index = {query_index}, outside the n = {n} tokens"))
-    missing = [k for k in ("queries", "a3", *_CONTEXT_ARRAYS) if k not in tensors]
+    # features reduced without contexts (StreamingReducer(contexts=False)) have none of the context arrays
+    context = _CONTEXT_ARRAYS if any(k in tensors for k in _CONTEXT_ARRAYS) else ()
+    missing = [k for k in ("queries", "a3", *context) if k not in tensors]
     if missing:
         raise InputError(malformed(f"{files[1]} has no tensor {missing[0]!r}"))
-    odd = [k for k in ("queries", "a3", *_CONTEXT_ARRAYS) if not isinstance(tensors[k], torch.Tensor)]
+    odd = [k for k in ("queries", "a3", *context) if not isinstance(tensors[k], torch.Tensor)]
     if odd:
         raise InputError(malformed(f"{odd[0]} is {type(tensors[odd[0]]).__name__}, not a tensor"))
     q = tensors["queries"]
@@ -266,9 +274,11 @@ def _check_saved(
         raise InputError(malformed(f"{files[0]} gives T = {meta['T']!r}, the tensors hold {T} examples"))
     if tuple(tensors["a3"].shape) != tuple(q.shape):
         raise InputError(malformed(f"a3 has shape {tuple(tensors['a3'].shape)}, queries {tuple(q.shape)}"))
-    for k in _CONTEXT_ARRAYS:
+    for k in context:
         if tuple(tensors[k].shape) != (T,):
             raise InputError(malformed(f"{k} has shape {tuple(tensors[k].shape)}, expected ({T},)"))
+    if not context:
+        return n, d, query_index
     decided = (tensors["context_rank"] >= 0).nonzero()  # a context's rank is decided only for n <= d, else -1
     if n > d and len(decided):
         i = int(decided[0])
@@ -289,6 +299,23 @@ def _check_saved(
             )
         )
     return n, d, query_index
+
+
+def _assumption_3_rows(q: torch.Tensor, tokens: torch.Tensor, top: float) -> torch.Tensor:
+    """Each example's query plus the mean of its tokens (Assumption 3's vectors), in the tokens' dtype: summed in
+    float32 at least and rounded once. ``top``: the tokens' largest absolute value.
+
+    Raises:
+        ModelError: when a sum overflows the tokens' dtype (finite float16 tokens above half its largest value).
+    """
+    wide = torch.promote_types(tokens.dtype, torch.float32)
+    a3 = (q.to(wide) + tokens.mean(dim=1, dtype=wide)).to(tokens.dtype)
+    if 2 * top > torch.finfo(tokens.dtype).max and not bool(torch.isfinite(a3).all()):
+        raise ModelError(
+            f"the query plus the mean of its tokens (Assumption 3's vectors) overflows {str(tokens.dtype)[6:]} at "
+            f"this probe point (largest activation {top:.4g}): its sums do not fit that dtype"
+        )
+    return a3
 
 
 class StreamingReducer:
@@ -340,7 +367,7 @@ class StreamingReducer:
         # kept where the batch lies (no copy to the host per batch); clone: a row view would keep the
         # whole (B, n, d) batch alive and memory would grow with T n d
         self._q.append(q.clone())
-        self._a3.append(q + tokens.mean(dim=1))
+        self._a3.append(_assumption_3_rows(q, tokens, top))
         if self._ctx is not None:
             self._ctx.update(tokens, top=top)
 

@@ -90,6 +90,41 @@ def test_a_reducer_without_contexts_keeps_the_vectors_alone(monkeypatch):
     assert fs.context == {} and not called and full.context
 
 
+def test_features_reduced_without_contexts_are_checked_saved_and_loaded(tmp_path):
+    """``contexts=False``: Assumption 2 is unavailable and says why (it was a KeyError); the vectors are checked
+    (it was "malformed"), saved and loaded back without context arrays."""
+    from mhaaudit import check_features
+
+    red = StreamingReducer(0, contexts=False)
+    red.update(_tokens()[:20])
+    fs = red.result()
+    a2 = fs.assumption_2(fs.rule())
+    assert a2.verdict == "unavailable" and "contexts=False" in a2.reason and a2.T == 20
+    rec = check_features(fs, samples=20)[0]
+    assert rec["assumption_2"].verdict == "unavailable" and rec["assumption_1"].samples == 20
+    back = FeatureSet.load(fs.save(tmp_path / "f"))
+    assert back.context == {} and torch.equal(back.queries, fs.queries) and torch.equal(back.a3, fs.a3)
+    partial = FeatureSet(fs.queries, fs.a3, {"context_rank": torch.zeros(20, dtype=torch.long)}, fs.n, fs.d, 0)
+    with pytest.raises(InputError, match="has no tensor 'context_sigma_min'"):
+        partial.save(tmp_path / "g")
+
+
+def test_float16_assumption_3_rows_are_one_rounding_of_the_sum_or_refused():
+    """q + mean in float16 was summed in float16: finite tokens above half its range gave infinite rows, which
+    the Kruskal tests then refused as "NaN or Inf" features. The sum is taken in float32 and rounded once;
+    where it does not fit float16, the reduction says so."""
+    from mhaaudit.errors import ModelError
+
+    E = torch.randn(6, 3, 8, generator=torch.Generator().manual_seed(0)).half()
+    fs = reduce_tokens(E, 0)
+    assert fs.a3.dtype == torch.float16
+    assert torch.equal(fs.a3, (E[:, 0].float() + E.float().mean(dim=1)).half())
+    big = torch.full((4, 3, 5), 40000.0, dtype=torch.float16)
+    with pytest.raises(ModelError, match="overflows float16"):
+        reduce_tokens(big, 0)
+    assert torch.isfinite(reduce_tokens(big / 2, 0).a3).all()
+
+
 def test_reducers_of_dealt_batches_gather_into_the_single_process_features():
     """Rank r of N reduces batches r, r + N, ...; gathered, every rank holds one process's FeatureSet
     (a rank dealt no batch included)."""
