@@ -50,6 +50,7 @@ def held_rows_unlike(
     meta: dict,
     names: Callable[[str], str] | None = None,
     numbers: Sequence[int] | None = None,
+    series: bool = False,
 ) -> str | None:
     """Where ``stored``, a results file's rows read as Python values (``columns``: its columns), differ from the rows
     its stored ``result`` gives, in words (the first difference, its row numbered as ``numbers`` gives, one a row,
@@ -58,6 +59,7 @@ def held_rows_unlike(
     The rows ``result`` gives are those a save writes for it (its records and sweep rows, the messages in them named
     by ``names``), typed as the file's writer types them for ``meta`` (its command and seed plan): every column the
     same, every value equal (a float exactly, as the same writer wrote it; NaN equal to NaN), the rows in order.
+    ``series``: the rows are a series' (a row of no checkpoint is then the reference's).
     """
     rows = table_rows(result.records(), result.sweep_rows())
     if names is not None:
@@ -82,7 +84,7 @@ def held_rows_unlike(
             if not _same(got[column], value):
                 shown = i if numbers is None else numbers[i]
                 return (
-                    f"a row unlike the result its metadata stores (row {shown}{_row_label(row)}: {column} is "
+                    f"a row unlike the result its metadata stores (row {shown}{_row_label(row, series)}: {column} is "
                     f"{clipped(repr(got[column]), 80)} where the stored result gives {clipped(repr(value), 80)})"
                 )
     return None
@@ -132,14 +134,12 @@ def _same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-def _row_label(row: dict) -> str:
-    """A row named by its checkpoint (or the reference, in a series), column and check, as far as it has them."""
+def _row_label(row: dict, series: bool) -> str:
+    """A row named by its checkpoint (or the reference, in a ``series``), column and check, as far as it has them."""
     where = (
         []
-        if "checkpoint" not in row
-        else [  # a single run's rows: of no checkpoint
-            "the reference" if row["checkpoint"] is None else f"checkpoint {clipped(str(row['checkpoint']), 80)}"
-        ]
+        if not series  # a single run's rows: of no checkpoint
+        else ["the reference" if row["checkpoint"] is None else f"checkpoint {clipped(str(row['checkpoint']), 80)}"]
     )
     where += [f"{k} {clipped(str(row[k]), 40)}" for k in ("variant", "layer", "check") if row.get(k) is not None]
     return ", " + ", ".join(where)

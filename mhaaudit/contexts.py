@@ -21,6 +21,7 @@ from .numerics import RankRule, with_numerics
 from .numerics.batch_ranks import DeviceBatch, device_ranks, host_ranks
 from .numerics.pow2 import max_abs
 from .numerics.scale import exponent_for
+from .runtime import MAX_INT64
 from .tensor_values import dense_values
 
 __all__ = [
@@ -97,6 +98,7 @@ def context_ranks(
             or infinite values.
     """
     E = real_tensor(E, "context matrices", 3, "(B, n, d)", integers=True)
+    rule = RankRule.checked(rule)
     top = _finite_top(E, top)
     B, n, d = E.shape
     if n > d or B == 0:
@@ -228,6 +230,9 @@ class ContextRanks:
     tols: list[torch.Tensor] = field(default_factory=list)
     # batches on a device fed and not yet decided
     _pending: list[DeviceBatch] = field(default_factory=list, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.rule = RankRule.checked(self.rule)
 
     def update(self, E: torch.Tensor, *, top: float | None = None) -> None:
         """Decide the rank of each (n, d) context matrix of the batch ``E`` and keep the statistics where
@@ -436,9 +441,8 @@ def assumption_2(E: torch.Tensor, rule: RankRule | None = None, batch_size: int 
             infinite values, or ``batch_size`` is not a positive integer.
     """
     E = real_tensor(E, "context matrices", 3, "(T, n, d)", integers=True)
-    batch_size = validate.integer("batch_size", batch_size)
-    rule = rule or RankRule.for_dtype(E.dtype)
-    acc = ContextRanks(rule)
+    batch_size = validate.integer("batch_size", batch_size, maximum=MAX_INT64)
+    acc = ContextRanks(RankRule.given(rule, E.dtype))
     for part in E.split(batch_size):
         acc.update(part)
     return acc.result()

@@ -324,12 +324,12 @@ class StreamingReducer:
     ``query_index`` picks the query token of each example; ``rule`` decides the context ranks (the first
     batch's dtype's rule when None); ``contexts=False`` keeps the query and Assumption 3 rows only (the
     feature set's ``context`` is then empty: no Assumption 2, for a caller that tests the vectors alone).
-    Constructing refuses only a ``query_index`` that is not an integer.
+    Constructing refuses only a ``query_index`` that is not an integer and a ``rule`` that is not a RankRule.
     """
 
     def __init__(self, query_index: int, rule: RankRule | None = None, contexts: bool = True):
         self.query_index = validate.integer("query_index", query_index, minimum=None)
-        self.rule = rule
+        self.rule = None if rule is None else RankRule.checked(rule)
         self.contexts = contexts
         self._q: list[torch.Tensor] = []
         self._a3: list[torch.Tensor] = []
@@ -424,6 +424,6 @@ def reduce_tokens(
     """
     red = StreamingReducer(query_index, rule)
     tokens = real_tensor(tokens, "tokens", 3, "(T, n, d)")
-    for part in tokens.split(validate.integer("batch_size", batch_size)):
+    for part in tokens.split(validate.integer("batch_size", batch_size, maximum=MAX_INT64)):
         red.update(part)
     return red.result(meta)

@@ -228,19 +228,26 @@ def utf8_text(value):
     return value
 
 
+def schema_columns(metadata: dict) -> dict[str, str]:
+    """The type of each column every file of rows with ``metadata`` has, by name, in order: those :data:`COLUMNS`
+    names for ``metadata["command"]``, then, where the metadata holds a ``seed_plan``, :data:`SEEDS_COLUMNS`."""
+    seeds = SEEDS_COLUMNS if "seed_plan" in metadata else ()
+    return {c.name: c.type for c in (*COLUMNS.get(str(metadata.get("command")), ()), *seeds)}
+
+
 def records_table(records: list[dict], metadata: dict):
     """The typed pyarrow table of ``records`` (rows of one command), stamped with ``metadata``.
 
-    Columns come in the order the records first give them, typed as :data:`COLUMNS` says for
-    ``metadata["command"]`` (and, for the records of several seeds, whose metadata holds their
-    ``seed_plan``, as :data:`SEEDS_COLUMNS` says: two runs' files have one schema); a column no
-    schema names is typed as pyarrow infers it. A value missing from a row is null.
+    Every column :data:`COLUMNS` names for ``metadata["command"]`` is there, in its order and typed as it says
+    (and, for the records of several seeds, whose metadata holds their ``seed_plan``, every column of
+    :data:`SEEDS_COLUMNS` after them), whether or not a record gives it, so that two runs' files have one schema
+    and concatenate; then any column no schema names, in the order the records first give them, typed as
+    pyarrow infers it. A value missing from a row is null.
     """
     import pyarrow as pa
 
-    seeds = SEEDS_COLUMNS if "seed_plan" in metadata else ()
-    known = {c.name: c.type for c in (*seeds, *COLUMNS.get(str(metadata.get("command")), ()))}
-    keys: list[str] = list(dict.fromkeys(k for r in records for k in r))
+    known = schema_columns(metadata)
+    keys: list[str] = [*known, *(k for k in dict.fromkeys(k for r in records for k in r) if k not in known)]
     arrays = [_column_array(k, [utf8_text(r.get(k)) for r in records], known.get(k)) for k in keys]
     table = pa.table(dict(zip(keys, arrays, strict=False))) if keys else pa.table({})
     meta = {b"pandas": _pandas_metadata(table.schema), METADATA_KEY: json.dumps(metadata, default=str).encode()}

@@ -72,13 +72,13 @@ class CapacityBound:
         return {**dataclasses.asdict(self), "notes": list(self.notes)}
 
 
-def _check_verdicts(a1_holds: bool | None, a2_holds: bool | None) -> None:
-    """Return nothing when both assumption verdicts are True, False or None.
+def _check_verdicts(a1_holds: bool | None, a2_holds: bool | None, a1_proven: bool | None = None) -> None:
+    """Return nothing when the assumption verdicts (and whether A1 is proven) are True, False or None.
 
     Raises:
-        InputError: when ``a1_holds`` or ``a2_holds`` is anything else.
+        InputError: when ``a1_holds``, ``a2_holds`` or ``a1_proven`` is anything else.
     """
-    for name, val in (("a1_holds", a1_holds), ("a2_holds", a2_holds)):
+    for name, val in (("a1_holds", a1_holds), ("a2_holds", a2_holds), ("a1_proven", a1_proven)):
         if val is not None and not isinstance(val, (bool, np.bool_)):
             raise InputError(f"{name} must be True, False or None, got {val!r}")
 
@@ -152,7 +152,7 @@ def theorem1_bound(
 
     Raises:
         InputError: when ``heads``, ``head_dim``, ``n``, ``d`` or a given ``kruskal_estimate`` is not a positive
-            integer, or ``a1_holds`` / ``a2_holds`` is not True, False or None.
+            integer, or ``a1_holds`` / ``a2_holds`` / ``a1_proven`` is not True, False or None.
     """
     inputs = _Inputs(
         heads=integer("heads", heads),
@@ -161,7 +161,7 @@ def theorem1_bound(
         d=integer("d", d),
         kruskal_estimate=None if kruskal_estimate is None else integer("kruskal_estimate", kruskal_estimate),
     )
-    _check_verdicts(a1_holds, a2_holds)
+    _check_verdicts(a1_holds, a2_holds, a1_proven)
     notes: list[str] = [_RECONSTRUCTED_NOTE]
     if a2_holds is None:
         return inputs.not_applicable(notes, "A2 (every context matrix has rank n) was not checked")

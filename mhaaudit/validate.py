@@ -278,10 +278,14 @@ def fraction(name: str | Param, value, *, low_open: bool = True) -> float:
     Raises:
         InputError: when ``value`` is not a number or is outside the interval.
     """
+    boolean = isinstance(value, bool) or "bool" in str(getattr(value, "dtype", type(value).__name__))
+    not_number = InputError(name + f" must be a number in (0, 1], got {value!r}", value=value, allowed="(0, 1]")
+    if boolean:  # True is no fraction, as it is no count of samples
+        raise not_number
     try:
         v = float(value)
     except (TypeError, ValueError):
-        raise InputError(name + f" must be a number in (0, 1], got {value!r}", value=value, allowed="(0, 1]") from None
+        raise not_number from None
     ok = (0 < v <= 1) if low_open else (0 <= v <= 1)
     if not ok:
         interval = "(0, 1]" if low_open else "[0, 1]"

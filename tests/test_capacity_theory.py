@@ -85,6 +85,7 @@ def test_theorem1_conflict_noted():
         dict(heads=2.5),
         dict(kruskal_estimate=0),
         dict(a1_holds="yes"),
+        dict(a1_proven="no"),  # was counted as proven
     ],
 )
 def test_theorem1_bad_input(kw):

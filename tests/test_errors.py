@@ -105,6 +105,12 @@ def _library_errors():
         (lambda: subset_test(X, 0), "k must be at least 1"),
         (lambda: subset_test(X, 2, samples=0), "samples must be at least 1"),
         (lambda: subset_test(X, 2, threshold=1.5), "threshold must be"),
+        (lambda: subset_test(X, 2, threshold=True), "threshold must be a number"),  # was read as 1.0
+        *(  # was torch's TypeError (where long double is wider than float64)
+            [(lambda: subset_test(X.numpy().astype(np.longdouble), 2), "extended precision")]
+            if np.dtype(np.longdouble).itemsize > 8
+            else []
+        ),
         (lambda: kruskal_sweep(X, samples=0), "samples must be at least 1"),
         (lambda: Settings.resolve(device=""), "device is empty"),
         (lambda: Settings.resolve(seed=-1), "seed must be at least 0"),

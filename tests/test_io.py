@@ -154,7 +154,10 @@ def test_write_parquet_roundtrip_and_metadata(tmp_path):
     out = tmp_path / "r.parquet"
     write_parquet(recs, out, meta)
     t = pq.read_table(out)
-    assert t.column_names == ["check", "k", "witness", "fraction"]
+    from mhaaudit.tables import COLUMNS
+
+    assert t.column_names == [c.name for c in COLUMNS["kruskal"]]  # every column of the command, in its order
+    assert all(v is None for c in t.column_names if c not in recs[0] for v in t.column(c).to_pylist())
     assert t.column("witness").to_pylist() == [[1, 2], None]  # nested values as nested data
     assert t.schema.field("witness").type == pa.list_(pa.int64())
     back = read_parquet_metadata(out)

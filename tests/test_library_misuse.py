@@ -83,7 +83,11 @@ CASES = [
     ("reduce_tokens-n-empty", lambda: reduce_tokens(torch.randn(4, 0, 8), 0), "no empty dimension"),
     # a feature set that is not one, or whose fields disagree
     ("check_features-a-string", lambda: check_features("features", samples=10), "must be a FeatureSet"),
-    ("check_features-no-context", lambda: check_features(_fs(context={}), samples=10), "no tensor 'context_rank'"),
+    (  # some context arrays and not others (features reduced without contexts have none, and are checked)
+        "check_features-part-context",
+        lambda: check_features(_fs(context={"context_rank": torch.zeros(5, dtype=torch.long)}), samples=10),
+        "no tensor 'context_sigma_min'",
+    ),
     ("check_features-n-text", lambda: check_features(_fs(n="3"), samples=10), "n = '3'"),
     ("check_features-a3-shape", lambda: check_features(_fs(a3=torch.randn(5, 8)), samples=10), "a3 has shape"),
     ("check_features-d", lambda: check_features(_fs(d=99), samples=10), "d = 99"),

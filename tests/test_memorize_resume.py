@@ -150,7 +150,9 @@ def test_row_to_run_says_what_a_row_lacks(trained):
 
     row = pq.read_table(trained).to_pylist()[0]
     assert row_fault(row) is None and row_to_run(row).reused
-    assert run_to_row(row_to_run(row)) == row
+    written = run_to_row(row_to_run(row))  # (the file has every column of memorize's schema: the others null)
+    assert written == {k: v for k, v in row.items() if k in written}
+    assert all(row[k] is None for k in row.keys() - written)
     with pytest.raises(ValueError, match="the row gives no seconds column"):
         row_to_run({k: v for k, v in row.items() if k != "seconds"})
     with pytest.raises(ValueError, match="the row gives final_loss = null"):

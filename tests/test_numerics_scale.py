@@ -235,3 +235,47 @@ def test_a_context_matrix_far_smaller_than_its_batch_is_decided_as_alone(small):
     assert torch.allclose(smax[1:], torch.cat([a[2] for a in alone[1:]]), rtol=1e-12, atol=0) and float(smin[1]) > 0
     result = assumption_2(E)
     assert result.full == 2 and result.deficient_examples == (2,)
+
+
+def test_an_absolute_tolerance_that_underflows_in_the_units_is_reported_as_given():
+    """Data so large that the absolute tolerance divided by their power of two underflows to 0, where every nonzero
+    singular value is above it, as above ``atol`` itself: the ranks are the rule's, and the tolerance reported is
+    ``atol``, not 0. Before, a context matrix's was 0, so Assumption 2 of tokens reduced under the rule was left
+    "unavailable" as decided under another rule."""
+    from mhaaudit import check_features, reduce_tokens
+    from mhaaudit.contexts import assumption_2, context_ranks
+    from mhaaudit.numerics import svd_rank
+
+    rule = RankRule(atol=1e-300)
+    E = torch.tensor(np.random.default_rng(0).standard_normal((2, 4, 4)) * 1e30)
+    rank, _, _, tol = context_ranks(E, rule)
+    assert rank.tolist() == [4, 4] and tol.tolist() == [1e-300, 1e-300]
+    assert svd_rank(E, rule)[3].tolist() == [1e-300, 1e-300]
+    assert assumption_2(E, rule).verdict == "holds"
+    fs = reduce_tokens(E, 0, rule=rule)
+    assert check_features(fs, samples=20, atol=1e-300)[0]["assumption_2"].verdict == "holds"
+
+
+def test_rank_functions_refuse_what_is_not_a_rule_and_take_no_matrices():
+    """A rule that is not a RankRule is one InputError naming ``rule`` (it was an AttributeError), a batch size past
+    64 bits one naming ``batch_size`` (a ValueError from torch), and an empty batch of matrices has empty ranks
+    (a RuntimeError)."""
+    from mhaaudit import reduce_tokens
+    from mhaaudit.contexts import assumption_2, context_ranks
+    from mhaaudit.errors import InputError
+    from mhaaudit.numerics import svd_rank
+
+    E = torch.randn(2, 3, 5)
+    for call in (
+        lambda: assumption_2(E, rule="x"),
+        lambda: reduce_tokens(E, 0, rule="x"),
+        lambda: context_ranks(E, None),
+        lambda: svd_rank(torch.eye(3), None),
+    ):
+        with pytest.raises(InputError, match="rule"):
+            call()
+    for call in (lambda: reduce_tokens(E, 0, batch_size=10**20), lambda: assumption_2(E, batch_size=10**20)):
+        with pytest.raises(InputError, match="batch_size"):
+            call()
+    rank, smin, _, tol, s = svd_rank(torch.zeros(0, 3, 3), RankRule())
+    assert rank.shape == smin.shape == tol.shape == (0,) and s.shape == (0, 3)

@@ -425,6 +425,31 @@ def test_check_seeds_json_parquet_and_table(capsys, vit_dir, tmp_path):
     assert ("excludes zero" in stdout) or ("not distinguishable with 2 seeds" in stdout)
 
 
+def test_two_runs_files_concatenate_whatever_their_records_hold(capsys, vit_dir, tmp_path):
+    """Every column of the command (and, with --seeds, of the seeds) is in every file, typed the same, in one
+    order: files of runs with and without a sweep, of one column or two, concatenate (the schema page's promise).
+    Before, a file had only the columns its records gave, in the order they gave them."""
+    import pyarrow as pa
+
+    files = {}
+    for name, extra in {
+        "seeds_sweep": ["--variants", "random", "--seeds", "0-1", "--sweep"],
+        "seeds_two": ["--variants", "embedding,random", "--seeds", "0-1"],
+        "one_sweep": ["--variants", "random", "--sweep"],
+        "one": ["--variants", "embedding"],
+    }.items():
+        files[name] = tmp_path / f"{name}.parquet"
+        rc, _, err = run(capsys, "check", vit_dir, *CLI_RUN, *extra, "--device", "cpu", "-q", "--out", files[name])
+        assert rc == 0, err
+    tables = {k: pq.read_table(f) for k, f in files.items()}
+    for group in (("seeds_sweep", "seeds_two"), ("one_sweep", "one")):
+        a, b = (tables[k] for k in group)
+        assert a.schema.remove_metadata() == b.schema.remove_metadata(), group
+        assert pa.concat_tables([a, b]).num_rows == a.num_rows + b.num_rows
+    one = tables["one"].to_pylist()
+    assert {"estimate", "checkpoint", "step"} <= set(one[0]) and all(r["estimate"] is None for r in one)
+
+
 @pytest.mark.parametrize(
     "args, match",
     [
@@ -482,11 +507,12 @@ def test_the_data_seed_note_names_images_read_in_order_and_not_text(capsys, vit_
     text = tmp_path / "docs.txt"
     text.write_text("\n\n".join(" ".join(words[(i + j) % 12] for j in range(30)) for i in range(12)) + "\n")
     note = "keep their own order, so the data seed does not change them"
-    args = ["--limit", "24", "--samples", "20", "--batch-size", "8", "--seeds", "0-1", "--vary", "data"]
+    args = ["--limit", "24", "--samples", "20", "--batch-size", "8", "--seeds", "0-1"]
     args += ["--format", "json", "--device", "cpu"]
     for model, data, extra in (
-        (vit_dir, image_dir, []),
-        (bert_dir, text, ["--context-length", "16"]),
+        (vit_dir, image_dir, ["--vary", "data"]),
+        (vit_dir, image_dir, []),  # the default --vary both moves the data seed too
+        (bert_dir, text, ["--context-length", "16", "--vary", "data"]),
     ):
         for command in ("check", "kruskal"):
             where = ["--model"] if command == "kruskal" else []

@@ -1,12 +1,11 @@
 """What the capacity bound is computed from: Assumptions 1 and 2 and a Kruskal-rank estimate.
 
-Either audited on the tokens the attention block sees (:func:`audit_assumptions`, on the reduced
-features of the same examples that build Z), or read from a results file of ``mhaaudit check
---out`` (:func:`assumptions_from_file`). Assumption 2 is exact per example. For Assumption 1 the
-theorem needs the assumption to hold, not the paper's estimate of it: the status it rests on is
-the exact status where that is decided (a dependent n-subset found, or a whole-set rank below n,
-proves that A1 fails, whatever fraction of the draws was independent), and the estimate verdict
-otherwise, in which case the bound inherits the estimate's status (:func:`a1_status`).
+Either audited on the tokens the attention block sees (:func:`audit_assumptions`, on the reduced features of the
+same examples that build Z), or read from a results file of ``mhaaudit check --out`` (:func:`assumptions_from_file`).
+Assumption 2 is exact per example. For Assumption 1 the theorem needs the assumption to hold, not the paper's
+estimate of it: the status it rests on is the exact status where that is decided (a dependent n-subset found, or a
+whole-set rank below n, proves that A1 fails, whatever fraction of the draws was independent), and the estimate
+verdict otherwise, in which case the bound inherits the estimate's status (:func:`a1_status`).
 """
 
 from __future__ import annotations
@@ -18,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .. import phases
 from ..as_stored import edited, stored_rows_unlike
 from ..audit_result import AuditResult
 from ..check_words import CHECK_TITLES, is_decided
@@ -107,12 +107,12 @@ def audit_assumptions(fs, settings, label: str = "") -> tuple[Assumptions, dict[
     rule = settings.rule(fs.dtype)
     samples, threshold, progress = settings.samples, settings.threshold, settings.progress
     timings: dict[str, float] = {}
-    t0 = time.perf_counter()
-    a2 = fs.assumption_2(rule)
+    t0, a2 = time.perf_counter(), fs.assumption_2(rule)
     out = Assumptions(a2=a2.verdict, a2_reason=a2.reason, source="audited on the same examples")
-    stats = set_stats(fs.queries, rule)
+    with phases.phase("whole-set statistics"):
+        stats = set_stats(fs.queries, rule)
     common = dict(samples=samples, threshold=threshold, seed=settings.seed, rule=rule, device=settings.device)
-    with task(f"{label} assumption_1 (k = {fs.n})", samples, progress) as adv:
+    with task(f"{label} assumption_1 (k = {fs.n})", samples, progress) as adv, phases.phase("draws"):
         a1 = subset_test(
             fs.queries,
             fs.n,
@@ -129,7 +129,7 @@ def audit_assumptions(fs, settings, label: str = "") -> tuple[Assumptions, dict[
     timings["assumptions 1-2"] = round(time.perf_counter() - t0, 3)
     if out.a1 == "fails" and a2.verdict == "holds" and fs.n < fs.d:
         t0 = time.perf_counter()
-        with task(f"{label} Kruskal-rank sweep (k <= {fs.n})", samples, progress) as adv:
+        with task(f"{label} Kruskal-rank sweep (k <= {fs.n})", samples, progress) as adv, phases.phase("draws"):
             sw = kruskal_sweep(fs.queries, kmax=fs.n, stats=stats, progress=adv, **common)
         timings["kruskal sweep"] = round(time.perf_counter() - t0, 3)
         if sw.estimate >= 1:

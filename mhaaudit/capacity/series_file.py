@@ -25,7 +25,7 @@ from typing import Any, NoReturn
 from ..as_stored import held_rows_unlike, unlike_stored
 from ..documents import RESULT_KEY, decode_result
 from ..errors import InputError, Param, clipped
-from ..tables import SERIES_COLUMNS, table_rows, utf8_text
+from ..tables import SERIES_COLUMNS, schema_columns, table_rows, utf8_text
 
 __all__ = ["HeldRows", "checkpoint_results", "rows_unlike_stored"]
 
@@ -170,9 +170,10 @@ def _unlike(meta: dict, held: HeldRows, kind: type) -> str | None:
         audits.append((tags | {"identical_to": entry["identical_to"]}, audited["audit"]))
     joined = _Joined([(tags, decode_result(kind, doc)) for tags, doc in audits])
     given = {k for r in table_rows(joined.records(), joined.sweep_rows()) for k in r}
-    columns = [c for c in held.rows[0] if c in given or any(r[c] is not None for r in held.rows)]
+    schema = schema_columns(meta)  # in every file, whichever rows fill them
+    columns = [c for c in held.rows[0] if c in given or c in schema or any(r[c] is not None for r in held.rows)]
     rows = [{c: r[c] for c in columns} for r in held.rows]
-    return held_rows_unlike(rows, columns, joined, meta, numbers=held.numbers)
+    return held_rows_unlike(rows, columns, joined, meta, numbers=held.numbers, series=True)
 
 
 def _named(p: Path, entries: list[dict[str, Any]], given: str, interrupted: bool) -> str:

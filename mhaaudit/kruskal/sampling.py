@@ -139,6 +139,11 @@ def as_matrix(X):
             )
         if X.dtype.kind not in "fiub":
             raise InputError(f"features of dtype {X.dtype} are not numeric")
+        if X.dtype.kind == "f" and X.dtype.itemsize > 8:  # torch has no long double, nor float64 its values
+            raise InputError(
+                f"features of dtype {X.dtype} (extended precision) have values float64 cannot hold exactly, and "
+                "every rank computation is in float64; give them as float64"
+            )
         X = torch.from_numpy(np.ascontiguousarray(X))
     if not isinstance(X, torch.Tensor):
         raise InputError(f"features must be a tensor or array, not {type(X).__name__}")

@@ -265,7 +265,9 @@ class MemorizeGrid(StoredResult):
                 + " again)"
             )
         data = {k: meta[k] for k in cls.__dataclass_fields__ if k in meta and k != "runs"}
-        data["runs"] = table.to_pylist()
+        # every file has every column of memorize's schema: those of the resume file are null here
+        fields = {*MemorizeRun.__dataclass_fields__, *RECIPE_FIELDS}  # (the recipe's given flat)
+        data["runs"] = [{k: v for k, v in r.items() if k in fields or v is not None} for r in table.to_pylist()]
         return _decoded(cls, data, where)
 
     def meta(self) -> dict:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..errors import InputError
+from ..errors import InputError, Param
 from ..workers import worker_pool
 from . import checked
 from .pow2 import data_tolerance, exponent_of, ldexp
@@ -124,7 +124,16 @@ def _svd_rank(rows: torch.Tensor, rule: RankRule, lenient: tuple[str, list] | No
         raise InputError(f"svd_rank takes (..., m, c) matrices of at least one entry, got shape {tuple(rows.shape)}")
     if rows.dtype.is_complex:
         raise InputError("svd_rank decides rank over the reals: complex matrices are refused, not cast")
+    if not callable(getattr(rule, "rtol_for", None)):  # (the rule's module is not imported here: a longer chain)
+        raise InputError(Param("rule") + f" {rule!r}: not a RankRule (give RankRule.for_dtype(...))")
     dev = rows.device
+    lead, (m, c) = tuple(rows.shape[:-2]), rows.shape[-2:]
+    if math.prod(lead) == 0:  # no matrices: nothing to decide
+        empty = torch.zeros(lead, dtype=torch.float64, device=dev)
+        if lenient is not None:
+            lenient[1].append(torch.zeros(lead, dtype=torch.bool))
+        s = torch.zeros((*lead, min(m, c)), dtype=torch.float64, device=dev)
+        return torch.zeros(lead, dtype=torch.long, device=dev), empty, empty.clone(), empty.clone(), s
     with subnormals_kept():  # subnormal entries converted and rescaled as they are, not flushed
         x = rows.detach().to(device="cpu", dtype=torch.float64)  # exact for every real dtype (8-bit floats included)
         if not bool(torch.isfinite(x).all()):

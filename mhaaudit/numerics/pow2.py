@@ -122,12 +122,15 @@ def _np(dtype: torch.dtype):
 
 
 def data_tolerance(back, atol: float | None):
-    """A tolerance taken back to the data's units (``back``, a number or tensor), where it is infinite while the
-    data's absolute tolerance ``atol`` is finite: ``atol``. An absolute tolerance divided by a power of two of
-    tiny data (``RankRule.in_units``) overflows to infinity in the units, where every singular value is below it,
-    as it is below ``atol`` in the data's units (the rule's rank 0 either way); the tolerance is ``atol``."""
+    """A tolerance taken back to the data's units (``back``, a number or tensor), never below the data's absolute
+    tolerance ``atol`` when it is finite, and ``atol`` where ``back`` is infinite. The rule's tolerance is
+    ``max(atol, rtol * sigma_max)``; ``atol`` divided by a power of two of the data (``RankRule.in_units``) overflows
+    to infinity in the units of tiny data, where every singular value is below it, as it is below ``atol`` in the
+    data's units (the rule's rank 0 either way), and underflows to 0 in the units of huge data, where every
+    nonzero singular value is above it, as it is above ``atol`` in the data's units: in both the rank is the
+    rule's and the tolerance ``atol``."""
     if atol is None or not math.isfinite(atol):
         return back
     if isinstance(back, torch.Tensor):
-        return torch.where(torch.isinf(back), torch.full_like(back, float(atol)), back)
-    return float(atol) if math.isinf(back) else back
+        return torch.where(torch.isinf(back), torch.full_like(back, float(atol)), back.clamp(min=float(atol)))
+    return float(atol) if math.isinf(back) else max(back, float(atol))

@@ -56,9 +56,10 @@ IMAGE_FILES_NOTE = (
 
 
 def data_seed_notes(plan: SeedPlan, data, modality: str) -> list[str]:
-    """What a varied data seed cannot move: the images of a folder or file (read in their own order). Text read
-    from a file is not among them: its examples are drawn from the documents with the data seed."""
-    if plan.vary == "data" and data not in (None, "builtin") and modality == "image":
+    """What a varied data seed (``--vary data`` or ``both``) cannot move: the images of a folder or file (read in
+    their own order). Text read from a file is not among them: its examples are drawn from the documents with the
+    data seed."""
+    if plan.vary in ("data", "both") and data not in (None, "builtin") and modality == "image":
         return [(Param("data") + " ") + f"{data}: {IMAGE_FILES_NOTE}"]
     return []
 

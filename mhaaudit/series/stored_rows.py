@@ -47,4 +47,4 @@ def rows_unlike_result(
         raise InputError(
             Param("out") + f" {os.fspath(path)}: cannot read its rows ({' '.join(str(exc).split())[:160]}); " + hint
         ) from None
-    return held_rows_unlike(stored, columns, result, result.meta(), names)
+    return held_rows_unlike(stored, columns, result, result.meta(), names, series=True)
